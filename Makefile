@@ -1,0 +1,50 @@
+# Thin wrapper over the CMake presets (CMakePresets.json). `make help` lists the targets.
+SHELL := /bin/bash
+FUZZ_SECONDS ?= 60
+
+.PHONY: help deps test tsan release bench fuzz fuzz-replay format clean
+
+help:
+	@echo "make test         install missing packages, build the dev preset (ASan+UBSan), run ctest"
+	@echo "make tsan         build the tsan preset and run the tests labelled 'concurrency'"
+	@echo "make release      build the release preset (binaries in build/bin)"
+	@echo "make bench        run the benchmarks; CSV and PNG plots land in build/bench"
+	@echo "make fuzz         run every libFuzzer target for FUZZ_SECONDS (default $(FUZZ_SECONDS)) each"
+	@echo "make fuzz-replay  replay the seed corpus through every fuzz target (what CI does)"
+	@echo "make format       clang-format every C/C++ source in place"
+
+deps:
+	@scripts/setup-deps
+
+test: deps
+	cmake --preset dev
+	cmake --build --preset dev
+	ctest --preset dev
+
+tsan: deps
+	cmake --preset tsan
+	cmake --build --preset tsan
+	ctest --preset tsan
+
+release: deps
+	cmake --preset release
+	cmake --build --preset release
+
+bench: release
+	bench/run.sh build
+
+fuzz: deps
+	cmake --preset fuzz
+	cmake --build --preset fuzz --target fuzzers
+	tests/fuzz/run.sh build/fuzz $(FUZZ_SECONDS)
+
+fuzz-replay: deps
+	cmake --preset fuzz
+	cmake --build --preset fuzz --target fuzzers
+	tests/fuzz/run.sh build/fuzz 0
+
+format:
+	git ls-files '*.cpp' '*.hpp' '*.c' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf build
