@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# run.sh BUILD_DIR — runs every Google Benchmark program (BUILD_DIR/bin/bench_*) with repetitions,
+# then writes BUILD_DIR/bench/micro.csv (medians, each beside its same-run peer) and one PNG plot
+# per program. vessel-bench modes (transport, p2p, coll) add their own CSVs here as they land.
+set -euo pipefail
+build=${1:-build}
+out="$build/bench"
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+shopt -s nullglob
+programs=("$build"/bin/bench_*)
+[ "${#programs[@]}" -gt 0 ] || { echo "no benchmark programs in $build/bin" >&2; exit 1; }
+for program in "${programs[@]}"; do
+  name=$(basename "$program")
+  echo "== $name"
+  "$program" --benchmark_repetitions="${VESSEL_BENCH_REPETITIONS:-5}" \
+    --benchmark_report_aggregates_only=true \
+    --benchmark_out="$out/$name.json" --benchmark_out_format=json
+done
+python3 "$here/summarize.py" "$out" "$out"/bench_*.json
+echo "wrote $out/micro.csv and $out/*.png"
