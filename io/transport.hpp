@@ -1,0 +1,69 @@
+#pragma once
+// The one interface every transport (TCP, shared memory, serial, RDMA) offers to the layers above:
+// send frames, receive frames, close, learn why it ended. Establishing a transport (dial, accept,
+// open a tty, exchange a shm segment) is transport-specific and lives beside each implementation.
+// Everything here runs on the reactor thread that owns the transport.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <system_error>
+
+#include "io/buffer.hpp"
+#include "wire/frame_header.hpp"
+#include "wire/result.hpp"
+
+namespace vessel::io {
+
+/// Receives what a transport delivers; called on the owning reactor thread.
+class transport_handler {
+ public:
+  virtual ~transport_handler() = default;
+  /// One complete frame. `payload` is valid only during the call: copy it, or (transports that
+  /// receive into pooled buffers) keep `payload_owner`, which shares the block without a copy.
+  virtual void on_frame(const wire::frame_header& header, std::span<const std::byte> payload,
+                        const buffer_slice& payload_owner) = 0;
+  /// The send queue, after refusing a frame with errc::send_queue_full, has room again.
+  virtual void on_writable() {}
+  /// The transport ended (peer closed, reset, unplugged, bad input, closed locally). Final: no
+  /// callback follows. The owner decides whether to reconnect.
+  virtual void on_closed(std::error_code why) = 0;
+};
+
+/// Counters every transport keeps; read on the reactor thread.
+struct transport_stats {
+  std::uint64_t frames_sent = 0;
+  std::uint64_t frames_received = 0;
+  std::uint64_t bytes_sent = 0;      ///< on the wire: headers and payloads
+  std::uint64_t bytes_received = 0;  ///< on the wire: headers and payloads
+  std::uint64_t send_queue_full = 0; ///< times send() pushed back
+  std::uint64_t send_queue_high_water = 0;  ///< most bytes ever queued for sending
+};
+
+/// A connected, framed, ordered byte channel to one peer.
+class transport {
+ public:
+  virtual ~transport() = default;
+
+  /// Queues one frame for sending. The payload is not copied: `payload` keeps its block alive
+  /// until the bytes are on the wire. header.payload_len must equal payload.size(). Fails with
+  /// errc::send_queue_full when the bounded queue is full (on_writable() follows), or with
+  /// errc::transport_closed after the transport ended.
+  virtual result<void> send(const wire::frame_header& header, buffer_slice payload) = 0;
+
+  /// Queues one frame whose payload is copied into the send queue's own storage: for small
+  /// payloads (control frames, tests), where a copy costs less than a pooled block.
+  virtual result<void> send_copy(const wire::frame_header& header,
+                                 std::span<const std::byte> payload) = 0;
+
+  /// Bytes accepted by send() but not yet on the wire.
+  virtual std::size_t queued_bytes() const noexcept = 0;
+
+  /// Ends the transport: pending sends are dropped, in-flight operations cancelled; on_closed
+  /// (errc::transport_closed) follows once the last operation has completed. Idempotent.
+  virtual void close() noexcept = 0;
+
+  virtual const transport_stats& stats() const noexcept = 0;
+};
+
+}  // namespace vessel::io
