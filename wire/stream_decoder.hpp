@@ -1,0 +1,76 @@
+#pragma once
+// Incremental frame decoder for a byte stream: bytes arrive in any split, complete frames come out
+// with their payload viewed in place in the decoder's one receive buffer.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <system_error>
+
+#include "wire/frame_codec.hpp"
+#include "wire/frame_header.hpp"
+#include "wire/result.hpp"
+
+namespace vessel::wire {
+
+/// A decoded frame; `payload` points into the decoder's receive buffer.
+struct frame_view {
+  frame_header header;
+  std::span<const std::byte> payload;  ///< valid until the next prepare() or feed()
+};
+
+/// Splits a byte stream into frames. All memory is allocated by the constructor (receive buffer,
+/// aligned header scratch); decoding allocates nothing. The first bad frame poisons the decoder:
+/// the stream is out of sync and the connection must go, so every later next() repeats the error.
+/// One thread at a time (it belongs to the reactor that owns the connection).
+class stream_decoder {
+ public:
+  explicit stream_decoder(decoder_limits limits = {});
+
+  stream_decoder(const stream_decoder&) = delete;
+  stream_decoder& operator=(const stream_decoder&) = delete;
+  stream_decoder(stream_decoder&&) noexcept = default;
+  stream_decoder& operator=(stream_decoder&&) noexcept = default;
+
+  /// The free tail of the receive buffer, to receive into. May move the unconsumed bytes to the
+  /// front, so it ends the life of every payload view handed out before. Empty only when the
+  /// buffer is full of bytes next() has not consumed yet (call next() until it yields nothing).
+  std::span<std::byte> prepare() noexcept;
+
+  /// Declares that `n` bytes were written at the start of the last prepare()'s span.
+  void commit(std::size_t n) noexcept;
+
+  /// Copies as much of `bytes` as fits (prepare + memcpy + commit) and returns how much it took;
+  /// call next() until it yields nothing, then feed the rest.
+  std::size_t feed(std::span<const std::byte> bytes) noexcept;
+
+  /// The next complete frame; nullopt while more bytes are needed; an error when the stream is bad
+  /// (and from then on, the same error).
+  result<std::optional<frame_view>> next() noexcept;
+
+  /// Bytes received but not yet consumed as frames.
+  std::size_t buffered() const noexcept { return end_ - begin_; }
+
+  /// The error that poisoned this decoder, or an empty error_code.
+  std::error_code error() const noexcept { return error_; }
+
+  const decoder_limits& limits() const noexcept { return limits_; }
+
+ private:
+  result<std::optional<frame_view>> fail(std::error_code ec) noexcept;
+
+  decoder_limits limits_;
+  std::size_t capacity_ = 0;
+  std::unique_ptr<std::byte[]> buffer_;
+  std::unique_ptr<std::uint64_t[]> header_scratch_;  // 8-byte aligned copy of one header
+  std::size_t begin_ = 0;  // first unconsumed byte
+  std::size_t end_ = 0;    // one past the last received byte
+  // A header already decoded whose payload has not fully arrived, so it is not parsed twice.
+  std::optional<frame_header> pending_;
+  std::size_t pending_header_len_ = 0;
+  std::error_code error_;
+};
+
+}  // namespace vessel::wire
