@@ -24,6 +24,9 @@ class io_error_category final : public std::error_category {
       case errc::no_device: return "required device not present";
       case errc::handshake_failed: return "transport handshake failed";
       case errc::pool_exhausted: return "buffer pool exhausted";
+      case errc::unsupported_baud: return "baud rate not supported by the serial driver";
+      case errc::unsupported_serial_format: return "serial character format not supported";
+      case errc::work_request_failed: return "RDMA work request completed with an error";
     }
     return "unknown vessel.io error";
   }

@@ -20,6 +20,9 @@ enum class errc {
   no_device,              ///< the hardware this transport needs is absent (e.g. no RDMA device).
   handshake_failed,       ///< a transport-level setup exchange failed (e.g. shm segment hand-over).
   pool_exhausted,         ///< no pooled buffer was free: back off and retry.
+  unsupported_baud,       ///< the tty driver has no speed constant for the requested baud rate.
+  unsupported_serial_format,  ///< data bits, parity or stop bits the tty cannot be set to.
+  work_request_failed,    ///< an RDMA work completion carried an error status (the QP is dead).
 };
 
 const std::error_category& io_category() noexcept;
