@@ -190,13 +190,13 @@ result<std::array<iovec, 2>> frame_encoder::encode(const frame_header& header,
   if (payload.size() != header.payload_len) return errc::bad_field;
   if (header.body.valueless_by_exception()) return errc::bad_field;
   try {
-    // Built in a zeroed scratch segment that the builder's destructor zeroes again, then copied
-    // (at most 256 bytes) so that the output outlives the builder.
-    alignas(8) std::array<capnp::word, segment_words> segment{};
+    // Built in the zeroed scratch segment, then copied (at most 256 bytes) so that the output
+    // outlives the builder, whose destructor zeroes the scratch again.
     std::size_t words = 0;
     {
-      capnp::MallocMessageBuilder builder(kj::arrayPtr(segment.data(), segment.size()),
-                                          capnp::AllocationStrategy::FIXED_SIZE);
+      capnp::MallocMessageBuilder builder(
+          kj::arrayPtr(reinterpret_cast<capnp::word*>(segment_.data()), segment_.size()),
+          capnp::AllocationStrategy::FIXED_SIZE);
       fill(builder.initRoot<schema::Frame>(), header);
       auto segments = builder.getSegmentsForOutput();
       // Headers are bounded by their schema, so a second segment means segment_words is wrong.

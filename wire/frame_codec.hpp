@@ -58,6 +58,9 @@ class frame_encoder {
 
  private:
   static constexpr std::size_t segment_words = 32;  // the largest header uses 18 (see above)
+  // Zero between encodes: MallocMessageBuilder needs a zeroed first segment and zeroes what it
+  // used when it is destroyed, so the memory is cleared once per frame, not twice.
+  std::array<std::uint64_t, segment_words> segment_{};
   // 4 unused bytes, then the prefix, so that the segment table and segment stay 8-byte aligned.
   alignas(8) std::array<std::byte, 8 + 8 + segment_words * 8> out_{};
   std::size_t out_len_ = 0;  // bytes of out_ from offset 4 that hold the last frame's header

@@ -31,6 +31,7 @@ class stream_decoder {
 
   stream_decoder(const stream_decoder&) = delete;
   stream_decoder& operator=(const stream_decoder&) = delete;
+  /// Moving hands over the buffer; a moved-from decoder may only be destroyed or assigned to.
   stream_decoder(stream_decoder&&) noexcept = default;
   stream_decoder& operator=(stream_decoder&&) noexcept = default;
 
