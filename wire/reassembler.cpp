@@ -1,0 +1,128 @@
+#include "wire/reassembler.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+namespace vessel::wire {
+
+result<void> reassembler::begin(std::uint64_t message_id, std::uint64_t total_len,
+                                 std::uint32_t fragment_count, std::span<std::byte> dst) {
+  if (total_len > limits_.max_message_bytes) return reject(errc::message_too_large);
+  if (fragment_count > limits_.max_fragments) return reject(errc::too_many_fragments);
+  if (fragment_count == 0 || fragment_count > std::max<std::uint64_t>(total_len, 1)) {
+    return reject(errc::bad_field);
+  }
+  if (dst.size() < total_len) return reject(errc::buffer_too_small);
+
+  const std::size_t words = (std::size_t{fragment_count} + 63) / 64;
+  if (words > bitmap_words_capacity_) {
+    bitmap_ = std::make_unique_for_overwrite<std::uint64_t[]>(words);
+    bitmap_words_capacity_ = words;
+    ++counters_.bitmap_allocations;
+  }
+  std::fill_n(bitmap_.get(), words, std::uint64_t{0});
+
+  active_ = true;
+  message_id_ = message_id;
+  total_len_ = total_len;
+  fragment_count_ = fragment_count;
+  received_ = 0;
+  fragment_size_ = k_unknown_size;
+  dst_ = dst.first(static_cast<std::size_t>(total_len));
+  ++counters_.messages;
+  return outcome::success();
+}
+
+result<fragment_status> reassembler::accept(std::uint32_t fragment_index,
+                                            std::uint32_t fragment_count, std::uint64_t offset,
+                                            std::uint64_t total_len,
+                                            std::span<const std::byte> payload) {
+  if (!active_ || fragment_count != fragment_count_ || total_len != total_len_) {
+    return reject(errc::fragment_mismatch);
+  }
+  const std::uint64_t length = payload.size();
+  if (fragment_index >= fragment_count_ || length > total_len_ || offset > total_len_ - length) {
+    return reject(errc::fragment_out_of_range);
+  }
+  // Checked before the duplicate test: a repeat with other bytes is a forgery, not a duplicate.
+  if (!fits_layout(fragment_index, offset, length)) return reject(errc::fragment_mismatch);
+
+  std::uint64_t& word = bitmap_[fragment_index / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (fragment_index % 64);
+  if ((word & bit) != 0) {
+    ++counters_.duplicates;
+    return fragment_status::duplicate;
+  }
+  word |= bit;
+  ++received_;
+  if (length != 0) std::memcpy(dst_.data() + offset, payload.data(), payload.size());
+  ++counters_.fragments;
+  counters_.bytes += length;
+  if (received_ == fragment_count_) ++counters_.completed;
+  return fragment_status::accepted;
+}
+
+// Whether fragment `index` with `length` bytes at `offset` is where the fragmenter would have put
+// it; the first fragment that passes fixes the fragment size for the rest of the message.
+// Precondition: index < count and offset + length <= total.
+bool reassembler::fits_layout(std::uint32_t index, std::uint64_t offset, std::uint64_t length) {
+  const std::uint64_t count = fragment_count_;
+  const std::uint64_t total = total_len_;
+  const bool last = index + 1 == count;
+  if (count == 1) return offset == 0 && length == total;
+
+  std::uint64_t size = fragment_size_;
+  if (size == k_unknown_size) {
+    if (!last) {
+      size = length;
+    } else {
+      if (offset % (count - 1) != 0) return false;
+      size = offset / (count - 1);
+    }
+    // ceil(total / size) must be count: (count - 1) * size < total <= count * size, written
+    // without products that could overflow. begin() guarantees total >= count >= 2 here.
+    const std::uint64_t smallest = total / count + (total % count != 0 ? 1 : 0);
+    const std::uint64_t largest = (total - 1) / (count - 1);
+    if (size < smallest || size > largest) return false;
+  }
+  // index * size <= (count - 1) * size < total: no overflow.
+  const std::uint64_t expected_offset = index * size;
+  const std::uint64_t expected_length = last ? total - expected_offset : size;
+  if (offset != expected_offset || length != expected_length) return false;
+  fragment_size_ = size;
+  return true;
+}
+
+std::vector<fragment_gap> reassembler::missing(std::size_t max_gaps) const {
+  std::vector<fragment_gap> gaps;
+  if (!active_) return gaps;
+  std::uint64_t from = 0;
+  while (gaps.size() < max_gaps) {
+    const std::uint64_t first = next_index(false, from);
+    if (first >= fragment_count_) break;
+    from = next_index(true, first);
+    gaps.push_back({static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(from - first)});
+  }
+  return gaps;
+}
+
+// The first index >= from whose received bit equals `received`, or fragment_count_ if none.
+std::uint64_t reassembler::next_index(bool received, std::uint64_t from) const noexcept {
+  const std::uint64_t count = fragment_count_;
+  while (from < count) {
+    const std::uint64_t w = from / 64;
+    std::uint64_t word = received ? bitmap_[w] : ~bitmap_[w];
+    word &= ~std::uint64_t{0} << (from % 64);
+    if (word != 0) return std::min<std::uint64_t>(w * 64 + std::countr_zero(word), count);
+    from = (w + 1) * 64;
+  }
+  return count;
+}
+
+std::error_code reassembler::reject(errc e) noexcept {
+  ++counters_.rejected;
+  return make_error_code(e);
+}
+
+}  // namespace vessel::wire
