@@ -1,0 +1,92 @@
+// Reassembler (wire/reassembler.hpp) under arbitrary fragment headers. Checks, beyond "no crash":
+// fragments accepted as new never overlap, each lands where it says with its own bytes, nothing
+// else writes a byte (duplicates and errors leave the destination as it was), nothing is written
+// past total_len, and complete() means every byte of the message came from an accepted fragment.
+//
+// Input: u16 total_len (mod 4097), u8 fragment_count, then 6-byte records
+//   u8 index | u16 offset | u16 length | u8 flags (bit 0: header count + 1, bit 1: header total + 1).
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "wire/reassembler.hpp"
+
+namespace {
+
+using namespace vessel::wire;
+
+void require(bool ok) {
+  if (!ok) std::abort();
+}
+
+std::uint16_t u16(const std::uint8_t* p) {
+  return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 3) return 0;
+  const std::uint64_t total = u16(data) % 4097;
+  const std::uint32_t count = data[2];
+  data += 3;
+  size -= 3;
+
+  constexpr std::size_t guard_bytes = 64;
+  constexpr std::byte guard{0x5A};
+  std::vector<std::byte> storage(total + guard_bytes, guard);
+  reassembler r{reassembly_limits{.max_message_bytes = 4096, .max_fragments = 64}};
+  if (!r.begin(1, total, count, storage)) return 0;
+
+  std::vector<int> owner(total, -1);  // which accepted fragment wrote each byte
+  std::vector<bool> accepted(count, false);
+  std::vector<std::byte> payload;
+  std::vector<std::byte> before;
+  for (std::size_t record = 0; size >= 6; ++record, data += 6, size -= 6) {
+    const std::uint32_t index = data[0];
+    const std::uint64_t offset = u16(data + 1);
+    const std::uint64_t length = u16(data + 3);
+    const std::uint32_t header_count = count + ((data[5] & 1u) != 0 ? 1 : 0);
+    const std::uint64_t header_total = total + ((data[5] & 2u) != 0 ? 1 : 0);
+    payload.resize(length);
+    for (std::size_t i = 0; i < length; ++i) payload[i] = static_cast<std::byte>(record * 31 + i);
+
+    before = storage;
+    const std::uint32_t received_before = r.received_fragments();
+    const auto status = r.accept(index, header_count, offset, header_total, payload);
+    if (status && status.value() == fragment_status::accepted) {
+      require(index < count && !accepted[index]);
+      require(offset + length <= total);
+      for (std::uint64_t i = 0; i < length; ++i) {
+        require(owner[offset + i] == -1);
+        owner[offset + i] = static_cast<int>(index);
+        require(storage[offset + i] == payload[i]);
+      }
+      // Nothing outside the fragment moved.
+      require(std::memcmp(storage.data(), before.data(), offset) == 0);
+      require(std::memcmp(storage.data() + offset + length, before.data() + offset + length,
+                          storage.size() - offset - length) == 0);
+      accepted[index] = true;
+      require(r.received_fragments() == received_before + 1);
+    } else {
+      if (status) require(index < count && accepted[index]);  // a duplicate of a received index
+      require(storage == before);
+      require(r.received_fragments() == received_before);
+    }
+  }
+
+  for (std::size_t i = 0; i < guard_bytes; ++i) require(storage[total + i] == guard);
+  std::uint64_t missing = 0;
+  for (const fragment_gap& gap : r.missing()) {
+    for (std::uint32_t i = gap.first; i < gap.first + gap.count; ++i) require(!accepted[i]);
+    missing += gap.count;
+  }
+  require(missing == count - r.received_fragments());
+  if (r.complete()) {
+    for (const int o : owner) require(o != -1);
+  }
+  return 0;
+}
