@@ -176,6 +176,17 @@ TEST(wire_serial_decoder, bytes_resuming_after_a_silence_truncate_the_partial_fr
             (serial_decoder_counters{.frames_ok = 1, .truncated = 1, .resync_bytes = 3, .bytes_in = 10}));
 }
 
+TEST(wire_serial_decoder, complete_frames_left_undrained_across_a_silence_are_still_delivered) {
+  // Only the candidate that straddles the silence is truncated; whole frames before it are not.
+  serial_decoder d(timeout);
+  const bytes first = bytes_of({1}), second = bytes_of({2, 2});
+  ASSERT_EQ(d.feed(concat({frame_of(first), bytes_of({0xAA, 0x04, 0x00})}), t0), 7u);  // no drain
+  ASSERT_EQ(d.feed(frame_of(second), t0 + 2 * timeout), 5u);
+  EXPECT_EQ(drain(d), (std::vector<bytes>{first, second}));
+  EXPECT_EQ(d.counters(),
+            (serial_decoder_counters{.frames_ok = 2, .truncated = 1, .resync_bytes = 2, .bytes_in = 12}));
+}
+
 TEST(wire_serial_decoder, truncating_a_partial_frame_finds_a_complete_frame_inside_it) {
   serial_decoder d(timeout);
   const bytes inner_payload = bytes_of({0x7F});
