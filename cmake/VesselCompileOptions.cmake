@@ -10,6 +10,11 @@ if(VESSEL_SANITIZE)
   add_link_options(-fsanitize=${VESSEL_SANITIZE})
 endif()
 
+if(VESSEL_BUILD_FUZZERS)
+  # Coverage feedback from every library a fuzz target links, not only from the harness itself.
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
 # A private helper for internal targets; installed targets only carry usage requirements.
 function(vessel_target_defaults target)
   target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:vessel_compile_options>)
