@@ -1,0 +1,241 @@
+#include "io/tcp_transport.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+
+#include "io/errc.hpp"
+#include "io/log.hpp"
+#include "io/reactor.hpp"
+
+namespace vessel::io {
+namespace {
+
+// Prefix and the largest header the encoder produces, rounded up to keep entries 8-aligned.
+constexpr std::size_t header_room = (wire::prefix_bytes + wire::max_encoded_header_bytes + 7) & ~7u;
+
+}  // namespace
+
+tcp_transport::tcp_transport(reactor& r, int fd, transport_handler& handler,
+                             tcp_transport_options options)
+    : reactor_{r},
+      fd_{fd},
+      handler_{handler},
+      options_{options},
+      low_watermark_{options.low_watermark_bytes != 0 ? options.low_watermark_bytes
+                                                      : options.send_queue_bytes / 2},
+      slot_bytes_{header_room + ((options.copy_bytes + 7) & ~std::size_t{7})},
+      slab_{std::make_unique<std::byte[]>(slot_bytes_ * std::max<std::size_t>(options.send_queue_frames, 1))},
+      ring_(std::max<std::size_t>(options.send_queue_frames, 1)),
+      iov_(std::max<std::size_t>(options.max_iovecs, 2)),
+      decoder_{options.limits} {
+  for (std::size_t i = 0; i < ring_.size(); ++i) ring_[i].head = slab_.get() + i * slot_bytes_;
+}
+
+tcp_transport::~tcp_transport() {
+  assert(!send_op_.in_flight() && !recv_op_.in_flight() &&
+         "destroy a tcp_transport only after on_closed or after its reactor stopped");
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void tcp_transport::start() {
+  if (state_ == state::open && !recv_op_.in_flight()) arm_recv();
+}
+
+// -- Sending -----------------------------------------------------------------------------------
+
+result<tcp_transport::entry*> tcp_transport::reserve(const wire::frame_header& header,
+                                                     std::span<const std::byte> payload,
+                                                     std::size_t copy_len) {
+  if (state_ != state::open) return errc::transport_closed;
+  auto iov = encoder_.encode(header, payload);
+  if (!iov) return iov.error();
+  const auto head = encoder_.header_bytes();
+  const std::size_t frame_bytes = head.size() + payload.size();
+  if (count_ == ring_.size() || (count_ > 0 && queued_bytes_ + frame_bytes > options_.send_queue_bytes)) {
+    ++stats_.send_queue_full;
+    want_writable_ = true;
+    return errc::send_queue_full;
+  }
+  entry& e = ring_[(head_ + count_) % ring_.size()];
+  std::memcpy(e.head, head.data(), head.size());
+  if (copy_len > 0) std::memcpy(e.head + head.size(), payload.data(), copy_len);
+  e.head_len = static_cast<std::uint32_t>(head.size() + copy_len);
+  ++count_;
+  queued_bytes_ += frame_bytes;
+  stats_.send_queue_high_water = std::max<std::uint64_t>(stats_.send_queue_high_water, queued_bytes_);
+  return &e;
+}
+
+result<void> tcp_transport::send(const wire::frame_header& header, buffer_slice payload) {
+  auto e = reserve(header, payload.bytes(), 0);
+  if (!e) return e.error();
+  e.value()->payload = std::move(payload);
+  flush();
+  return outcome::success();
+}
+
+result<void> tcp_transport::send_copy(const wire::frame_header& header,
+                                      std::span<const std::byte> payload) {
+  if (payload.size() > options_.copy_bytes) return std::make_error_code(std::errc::message_size);
+  auto e = reserve(header, payload, payload.size());
+  if (!e) return e.error();
+  flush();
+  return outcome::success();
+}
+
+void tcp_transport::flush() {
+  if (send_op_.in_flight() || count_ == 0 || state_ != state::open) return;
+  // Everything queued, from where the last partial send stopped, in one sendmsg.
+  std::size_t n = 0;
+  std::size_t skip = head_offset_;
+  for (std::size_t i = 0, idx = head_; i < count_ && n + 2 <= iov_.size(); ++i) {
+    const entry& e = ring_[idx];
+    if (skip < e.head_len) {
+      iov_[n++] = {e.head + skip, e.head_len - skip};
+      skip = 0;
+    } else {
+      skip -= e.head_len;
+    }
+    if (e.payload.size() > skip) iov_[n++] = {e.payload.data() + skip, e.payload.size() - skip};
+    skip = 0;
+    idx = idx + 1 == ring_.size() ? 0 : idx + 1;
+  }
+  if (n == 1) {
+    // One contiguous run (a small frame, or the tail of one): a plain SEND skips the kernel's
+    // msghdr copy-in.
+    reactor_.send(send_op_, fd_, {static_cast<const std::byte*>(iov_[0].iov_base), iov_[0].iov_len});
+    return;
+  }
+  msg_.msg_iov = iov_.data();
+  msg_.msg_iovlen = n;
+  reactor_.sendmsg(send_op_, fd_, &msg_);
+}
+
+void tcp_transport::advance(std::size_t n) noexcept {
+  stats_.bytes_sent += n;
+  queued_bytes_ -= n;
+  while (n > 0 && count_ > 0) {
+    entry& e = ring_[head_];
+    const std::size_t left = e.head_len + e.payload.size() - head_offset_;
+    if (n < left) {
+      head_offset_ += n;
+      return;
+    }
+    n -= left;
+    e.payload.reset();  // the block goes back to its pool once the bytes are on the wire
+    head_offset_ = 0;
+    head_ = head_ + 1 == ring_.size() ? 0 : head_ + 1;
+    --count_;
+    ++stats_.frames_sent;
+  }
+}
+
+void tcp_transport::on_send(int res, std::uint32_t flags) {
+  if ((flags & IORING_CQE_F_NOTIF) != 0) {
+    res = send_result_;  // the zero-copy send is over: its pages are released
+  } else if ((flags & IORING_CQE_F_MORE) != 0) {
+    send_result_ = res;  // zero-copy: the buffers stay pinned until the notification
+    return;
+  }
+  if (state_ != state::open) {
+    maybe_finish();
+    return;
+  }
+  if (res < 0) {
+    fail(res == -ECANCELED ? make_error_code(errc::transport_closed) : error_from_errno(res));
+    maybe_finish();
+    return;
+  }
+  advance(static_cast<std::size_t>(res));
+  flush();
+  if (want_writable_ && queued_bytes_ <= low_watermark_) {
+    want_writable_ = false;
+    ++callbacks_running_;
+    handler_.on_writable();
+    --callbacks_running_;
+  }
+  maybe_finish();
+}
+
+// -- Receiving ---------------------------------------------------------------------------------
+
+void tcp_transport::arm_recv() {
+  auto space = decoder_.prepare();
+  if (space.empty()) {
+    // The decoder holds a whole unconsumed frame it cannot return: only a decoder bug gets here.
+    fail(errc::bad_frame);
+    return;
+  }
+  reactor_.recv(recv_op_, fd_, space);
+}
+
+void tcp_transport::on_recv(int res, std::uint32_t) {
+  if (state_ != state::open) {
+    maybe_finish();
+    return;
+  }
+  if (res <= 0) {
+    if (res == 0) fail(errc::connection_closed);
+    else if (res == -ECANCELED) fail(errc::transport_closed);
+    else fail(error_from_errno(res));
+    maybe_finish();
+    return;
+  }
+  decoder_.commit(static_cast<std::size_t>(res));
+  stats_.bytes_received += static_cast<std::size_t>(res);
+  ++callbacks_running_;
+  while (state_ == state::open) {
+    auto next = decoder_.next();
+    if (!next) {
+      log::get("io").warn("tcp fd {}: bad frame from peer: {}", fd_, next.error().message());
+      fail(errc::bad_frame);
+      break;
+    }
+    if (!next.value()) break;
+    const wire::frame_view& frame = *next.value();
+    ++stats_.frames_received;
+    handler_.on_frame(frame.header, frame.payload, no_owner_);
+  }
+  --callbacks_running_;
+  if (state_ == state::open) arm_recv();
+  maybe_finish();
+}
+
+// -- Ending ------------------------------------------------------------------------------------
+
+void tcp_transport::fail(std::error_code why) noexcept {
+  if (state_ != state::open) return;
+  state_ = state::closing;
+  reason_ = why;
+  // Cancel what is in flight; each op's final completion calls maybe_finish().
+  reactor_.cancel(recv_op_);
+  reactor_.cancel(send_op_);
+}
+
+void tcp_transport::close() noexcept {
+  fail(errc::transport_closed);
+  maybe_finish();
+}
+
+void tcp_transport::maybe_finish() noexcept {
+  if (state_ != state::closing || callbacks_running_ > 0 || send_op_.in_flight() ||
+      recv_op_.in_flight())
+    return;
+  state_ = state::closed;
+  for (; count_ > 0; --count_) {
+    ring_[head_].payload.reset();
+    head_ = head_ + 1 == ring_.size() ? 0 : head_ + 1;
+  }
+  queued_bytes_ = 0;
+  head_offset_ = 0;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  // Last: the handler may destroy this transport.
+  handler_.on_closed(reason_);
+}
+
+}  // namespace vessel::io

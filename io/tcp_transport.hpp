@@ -1,0 +1,153 @@
+#pragma once
+// io::transport over a connected TCP socket, driven by one reactor.
+//
+// Send side: a preallocated ring of entries, each holding its encoded header (and, for
+// send_copy, the copied payload right after it) plus a buffer_slice of the payload. One send is
+// in flight per socket (DEPENDENCIES.md §2: SQEs on one stream socket are not ordered); whatever
+// is queued meanwhile goes out in ONE sendmsg of iovecs when it completes, and a partial send is
+// resumed from the byte where it stopped. The queue is bounded in bytes: send() refuses with
+// errc::send_queue_full and on_writable() follows once the queue drains below the low watermark.
+//
+// Receive side: recv straight into the stream_decoder's free tail (prepare/commit), then every
+// complete frame goes to on_frame with its payload viewed in place: one copy (the kernel's).
+//
+// Threading: everything, construction included, on the reactor thread that owns the socket.
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <system_error>
+#include <vector>
+
+#include "io/io_op.hpp"
+#include "io/transport.hpp"
+#include "wire/frame_codec.hpp"
+#include "wire/stream_decoder.hpp"
+
+namespace vessel::io {
+
+class reactor;
+
+/// How a tcp_transport is built. Every key with its default.
+struct tcp_transport_options {
+  /// Bound on bytes accepted by send() and not yet on the wire (headers included). A frame is
+  /// refused when it would cross the bound, except into an empty queue, so that one frame larger
+  /// than the bound still goes (the decoder limits bound a frame anyway).
+  std::size_t send_queue_bytes = 16u << 20;
+  /// Frames the queue holds (the preallocated ring's entries); also bounds the queue.
+  std::size_t send_queue_frames = 1024;
+  /// on_writable() fires when queued bytes drop to this; 0 means half of send_queue_bytes.
+  std::size_t low_watermark_bytes = 0;
+  /// Payload bytes send_copy() may copy into an entry; larger payloads need send().
+  std::size_t copy_bytes = 512;
+  /// iovecs in one sendmsg (two per frame); the rest waits for the next send. <= IOV_MAX.
+  std::size_t max_iovecs = 128;
+  /// Frame bounds and receive buffer size (receive_buffer_bytes; 0 = one largest frame).
+  wire::decoder_limits limits = default_limits();
+
+  /// The decoder defaults with a 4 MiB receive buffer: several 1 MiB fragments per recv.
+  static wire::decoder_limits default_limits() noexcept {
+    wire::decoder_limits l;
+    l.receive_buffer_bytes = 4u << 20;
+    return l;
+  }
+};
+
+/// A framed transport over a connected stream socket. Destroy it only after on_closed() has been
+/// delivered (from on_closed itself is fine), or after its reactor has stopped.
+class tcp_transport final : public transport {
+ public:
+  /// Takes ownership of `fd` (connected; blocking or not) and allocates every buffer it will
+  /// use. Receiving starts with start().
+  tcp_transport(reactor& r, int fd, transport_handler& handler, tcp_transport_options options = {});
+  tcp_transport(const tcp_transport&) = delete;
+  tcp_transport& operator=(const tcp_transport&) = delete;
+  /// Closes the socket if still open.
+  ~tcp_transport() override;
+
+  /// Arms the first receive. Reactor thread; once.
+  void start();
+
+  result<void> send(const wire::frame_header& header, buffer_slice payload) override;
+  result<void> send_copy(const wire::frame_header& header,
+                         std::span<const std::byte> payload) override;
+  std::size_t queued_bytes() const noexcept override { return queued_bytes_; }
+  /// Drops what is queued, cancels what is in flight; on_closed(errc::transport_closed) follows
+  /// when the last operation completes: later in the loop, or at once when nothing is in flight
+  /// and no callback of this transport is running.
+  void close() noexcept override;
+  const transport_stats& stats() const noexcept override { return stats_; }
+
+  /// Frames queued and not yet fully sent.
+  std::size_t queued_frames() const noexcept { return count_; }
+  /// The socket (for getsockopt and tests); -1 once closed.
+  int fd() const noexcept { return fd_; }
+  /// True until the transport has begun closing.
+  bool is_open() const noexcept { return state_ == state::open; }
+
+ private:
+  enum class state : std::uint8_t { open, closing, closed };
+
+  // One queued frame: `head_len` bytes (prefix, header, copied payload) at `head`, then `payload`.
+  struct entry {
+    std::byte* head = nullptr;
+    std::uint32_t head_len = 0;
+    buffer_slice payload;
+  };
+
+  struct send_op final : io_op {
+    explicit send_op(tcp_transport& t) : owner(t) {}
+    void complete(int res, std::uint32_t flags) override { owner.on_send(res, flags); }
+    tcp_transport& owner;
+  };
+  struct recv_op final : io_op {
+    explicit recv_op(tcp_transport& t) : owner(t) {}
+    void complete(int res, std::uint32_t flags) override { owner.on_recv(res, flags); }
+    tcp_transport& owner;
+  };
+
+  result<entry*> reserve(const wire::frame_header& header, std::span<const std::byte> payload,
+                         std::size_t copy_len);
+  void flush();
+  void advance(std::size_t n) noexcept;
+  void arm_recv();
+  void on_send(int res, std::uint32_t flags);
+  void on_recv(int res, std::uint32_t flags);
+  void fail(std::error_code why) noexcept;
+  void maybe_finish() noexcept;
+
+  reactor& reactor_;
+  int fd_;
+  transport_handler& handler_;
+  tcp_transport_options options_;
+  std::size_t low_watermark_;
+  std::size_t slot_bytes_;
+
+  // Send queue: ring of entries over one preallocated byte slab.
+  std::unique_ptr<std::byte[]> slab_;
+  std::vector<entry> ring_;
+  std::size_t head_ = 0;         // oldest entry
+  std::size_t count_ = 0;        // entries queued
+  std::size_t head_offset_ = 0;  // bytes of the oldest entry already on the wire
+  std::size_t queued_bytes_ = 0;
+  bool want_writable_ = false;
+  std::vector<iovec> iov_;
+  msghdr msg_{};
+  int send_result_ = 0;  // a zero-copy send's result, kept until its notification CQE
+  wire::frame_encoder encoder_;
+  send_op send_op_{*this};
+
+  wire::stream_decoder decoder_;
+  recv_op recv_op_{*this};
+  const buffer_slice no_owner_;  // on_frame's payload_owner: payloads live in the decoder
+
+  state state_ = state::open;
+  int callbacks_running_ = 0;  // >0 while a handler callback runs: finishing waits for it
+  std::error_code reason_;
+  transport_stats stats_;
+};
+
+}  // namespace vessel::io
