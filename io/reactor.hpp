@@ -1,0 +1,188 @@
+#pragma once
+// One io_uring per reactor thread. Other threads hand it work through a lock-free queue plus an
+// eventfd whose READ is always armed on the ring; the reactor submits SQEs in batches and dispatches
+// each completion to the io_op that owns it. Transports (TCP, shm, serial, RDMA) are built on this.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <liburing.h>
+#include <sys/socket.h>
+
+#include <boost/lockfree/queue.hpp>
+
+#include "io/io_op.hpp"
+#include "io/timer_queue.hpp"
+#include "io/uring_features.hpp"
+#include "wire/result.hpp"
+
+namespace vessel::io {
+
+class buffer_ring;
+
+/// How a reactor is built. Every key with its default, printable with to_string().
+struct reactor_config {
+  unsigned queue_depth = 256;          ///< SQ entries (the CQ gets twice as many).
+  bool own_thread = true;              ///< true: start() spawns the reactor thread. false: the thread
+                                       ///< that calls start() drives it with run() or run_once().
+  std::size_t post_capacity = 16384;   ///< slots of the cross-thread queue; when full, post() yields.
+  std::size_t zero_copy_threshold = 16384;  ///< sends of at least this many bytes use SEND_ZC where
+                                            ///< allowed: below ~10 KiB pinning pages costs more than
+                                            ///< the copy (kernel io_uring zc docs). TODO(perf): measure.
+  uring_features allowed = uring_features::all();  ///< clear features to force the fallback paths.
+
+  std::string to_string() const;
+};
+
+/// Work handed to the reactor without allocating: `fn(ctx)` runs once on the reactor thread.
+struct work_item {
+  void (*fn)(void* ctx) noexcept;
+  void* ctx;
+};
+
+/// An io_uring event loop. Thread-safe: post(), dispatch(), stop(), is_reactor_thread(). Everything
+/// else (arming ops, timers) runs on the reactor thread only; use dispatch() from elsewhere.
+class reactor {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  explicit reactor(reactor_config config = {});
+  reactor(const reactor&) = delete;
+  reactor& operator=(const reactor&) = delete;
+  /// Stops (cancelling every op in flight) and joins the reactor thread.
+  ~reactor();
+
+  /// Creates the ring (inside the reactor thread when own_thread, as SINGLE_ISSUER requires) and
+  /// probes the kernel. Call once.
+  result<void> start();
+
+  /// Asks the reactor to stop; idempotent, any thread. The reactor then cancels every op in flight,
+  /// waits until each owner has seen its final completion (-ECANCELED), drops pending timers
+  /// unrun, closes the eventfd and exits the ring. Called from another thread with own_thread, it
+  /// returns after the thread has been joined.
+  void stop() noexcept;
+
+  /// Driven mode: runs the loop until stop() has completed. On the thread that called start().
+  void run();
+  /// Driven mode: one loop turn, waiting at most `max_wait` for a completion. False once stopped.
+  bool run_once(std::chrono::nanoseconds max_wait);
+
+  /// Queues `item` to run once on the reactor thread; per producer thread in order. No allocation,
+  /// and no syscall unless the reactor sleeps. False once stop() has begun: the item will not run.
+  /// Items accepted while stop() completes run in the destructor at the latest.
+  bool post(work_item item) noexcept;
+  /// post() for a callable (allocates: for cold paths).
+  bool post(std::function<void()> fn);
+  /// Runs `fn` inline when called on the reactor thread, else posts it.
+  bool dispatch(std::function<void()> fn);
+
+  /// True on the thread that runs the loop.
+  bool is_reactor_thread() const noexcept;
+  /// The paths in use: probed & config.allowed. Valid after start().
+  const uring_features& features() const noexcept { return features_; }
+  /// The configuration this reactor was built with.
+  const reactor_config& config() const noexcept { return config_; }
+
+  // -- Operations (reactor thread only). The op receives every CQE; an op armed after stop() has
+  // -- begun completes with -ECANCELED on the next loop turn instead.
+
+  /// Accepts connections on `listen_fd` (multishot where available: re-arm whenever a completion
+  /// lacks IORING_CQE_F_MORE, which covers both paths). res = the new fd (SOCK_CLOEXEC).
+  void accept(io_op& op, int listen_fd);
+  /// Connects `fd` to `addr`; `addr` must stay alive until the completion.
+  void connect(io_op& op, int fd, const sockaddr* addr, socklen_t len);
+  /// Receives into `buf`. res = bytes (0: peer closed).
+  void recv(io_op& op, int fd, std::span<std::byte> buf, int flags = 0);
+  /// Receives into buffers of `ring` (multishot where available, re-arm when F_MORE is missing).
+  /// The buffer id is cqe_flags >> IORING_CQE_BUFFER_SHIFT; hand it back with ring.recycle().
+  void recv(io_op& op, int fd, buffer_ring& ring);
+  /// Sends `buf` (SEND_ZC when large enough and allowed; then a first CQE carries the result with
+  /// F_MORE and `buf` stays pinned until the final IORING_CQE_F_NOTIF CQE). One send per stream
+  /// socket at a time (DEPENDENCIES.md §2); res < size means a partial send.
+  void send(io_op& op, int fd, std::span<const std::byte> buf, int flags = MSG_NOSIGNAL);
+  /// Sends the iovecs of `msg` (SENDMSG_ZC when large enough and allowed, with the same two CQEs).
+  /// `msg` and its buffers must stay alive until the final completion.
+  void sendmsg(io_op& op, int fd, const msghdr* msg, int flags = MSG_NOSIGNAL);
+  /// Reads into `buf` at `offset` (-1: the file position).
+  void read(io_op& op, int fd, std::span<std::byte> buf, std::uint64_t offset = UINT64_MAX);
+  /// Writes `buf` at `offset` (-1: the file position).
+  void write(io_op& op, int fd, std::span<const std::byte> buf, std::uint64_t offset = UINT64_MAX);
+  /// Waits for `events` (POLLIN, ...) on `fd`. res = the ready mask.
+  void poll_add(io_op& op, int fd, unsigned events);
+  /// Asks the kernel to cancel `op`; `op` then completes, with -ECANCELED unless it was finishing.
+  void cancel(io_op& op);
+
+  /// Runs `fn` once at or after now + `delay` on the reactor thread (reactor thread only).
+  timer_id add_timer(clock::duration delay, std::function<void()> fn);
+  /// Cancels a timer: its callback never runs. False if it already ran (reactor thread only).
+  bool cancel_timer(timer_id id) noexcept;
+
+  /// Number of caller ops with a completion still to come (reactor thread only; tests and stats).
+  std::size_t ops_in_flight() const noexcept { return in_flight_ - (wake_op_.in_flight() ? 1 : 0); }
+
+  /// The ring, for helpers such as buffer_ring (reactor thread only).
+  io_uring& ring() noexcept { return ring_; }
+  /// True between start() and the end of stop() (reactor thread only).
+  bool ring_open() const noexcept { return ring_open_; }
+
+ private:
+  // The eventfd READ that wakes a sleeping reactor; re-armed after every completion.
+  struct wake_op final : io_op {
+    explicit wake_op(reactor& r) : owner(r) {}
+    void complete(int res, std::uint32_t flags) override;
+    reactor& owner;
+    std::uint64_t value = 0;
+  };
+
+  result<void> open_ring();
+  void thread_main(std::promise<std::error_code>* ready);
+  io_uring_sqe* prepare(io_op& op);  // an SQE whose user_data is &op, counted in flight
+  io_uring_sqe* get_sqe();           // submits to make room when the SQ is full
+  void unlink(io_op& op) noexcept;
+  bool refuse_if_stopping(io_op& op);
+  void arm_wake();
+  void turn(std::chrono::nanoseconds max_wait);
+  std::size_t run_posted();
+  void reap();
+  void begin_stopping();
+  void cancel_all();
+  void close_ring() noexcept;
+  void wake() noexcept;
+
+  reactor_config config_;
+  uring_features features_;
+  io_uring ring_{};
+  bool ring_open_ = false;
+  int event_fd_ = -1;
+  wake_op wake_op_{*this};
+
+  // Cross-thread hand-off. state_ = (items counted << 1) | sleeping bit; see post() for the protocol.
+  boost::lockfree::queue<work_item> queue_;
+  alignas(64) std::atomic<std::uint64_t> state_{0};
+  std::uint64_t consumed_ = 0;  // items popped by the reactor
+  std::vector<work_item> local_;  // posted from the reactor thread itself
+
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> finished_{false};
+  std::atomic<std::thread::id> owner_{};
+  std::thread thread_;
+  std::mutex join_mutex_;
+
+  bool stopping_ = false;
+  clock::time_point last_cancel_{};
+  io_op* head_ = nullptr;  // intrusive list of ops in flight
+  std::size_t in_flight_ = 0;
+  std::vector<io_op*> refused_;  // armed after stop began: complete with -ECANCELED next turn
+  timer_queue timers_;
+};
+
+}  // namespace vessel::io

@@ -1,0 +1,60 @@
+#include "io/timer_queue.hpp"
+
+#include <algorithm>
+
+namespace vessel::io {
+
+timer_id timer_queue::add(clock::time_point deadline, std::function<void()> fn) {
+  const timer_id id = next_id_++;
+  callbacks_.emplace(id, std::move(fn));
+  heap_.push_back({deadline, id});
+  std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+  return id;
+}
+
+bool timer_queue::cancel(timer_id id) noexcept {
+  if (callbacks_.erase(id) == 0) return false;
+  // Cancelled entries stay in the heap until they reach the top; rebuild when they dominate so a
+  // transport that re-arms a timer per message cannot grow the heap without bound.
+  if (heap_.size() > 64 && heap_.size() > 2 * callbacks_.size()) {
+    std::erase_if(heap_, [this](const entry& e) { return !callbacks_.contains(e.id); });
+    std::make_heap(heap_.begin(), heap_.end(), std::greater<>{});
+  }
+  return true;
+}
+
+void timer_queue::drop_cancelled_top() noexcept {
+  while (!heap_.empty() && !callbacks_.contains(heap_.front().id)) {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
+    heap_.pop_back();
+  }
+}
+
+std::optional<timer_queue::clock::time_point> timer_queue::next_deadline() noexcept {
+  drop_cancelled_top();
+  if (heap_.empty()) return std::nullopt;
+  return heap_.front().deadline;
+}
+
+std::size_t timer_queue::run_due(clock::time_point now) {
+  const timer_id first_new = next_id_;  // ids added by the callbacks below wait for the next call
+  std::size_t ran = 0;
+  for (;;) {
+    drop_cancelled_top();
+    if (heap_.empty() || heap_.front().deadline > now || heap_.front().id >= first_new) break;
+    const timer_id id = heap_.front().id;
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
+    heap_.pop_back();
+    auto node = callbacks_.extract(id);
+    node.mapped()();  // may add or cancel timers
+    ++ran;
+  }
+  return ran;
+}
+
+void timer_queue::clear() noexcept {
+  heap_.clear();
+  callbacks_.clear();
+}
+
+}  // namespace vessel::io
