@@ -23,7 +23,7 @@ struct size_class;
 /// neighbouring blocks are touched by different threads, and sharing a line would make every
 /// copy and release of one block stall the owners of the next (false sharing).
 struct alignas(64) block_ctl {
-  std::atomic<std::uint32_t> refs{0};       ///< handles alive; 0 while the block is free
+  std::atomic<std::uint32_t> refs{0};       ///< handles alive; stale while the block is free
   std::atomic<std::uint32_t> next_free{0};  ///< free-list link, meaningful only while free
   std::uint32_t index = 0;                  ///< block number within its size class
   std::uint32_t class_index = 0;            ///< = region index in buffer_pool::regions()
@@ -62,8 +62,13 @@ class buffer {
 
   /// Drops this handle; the block goes back to its pool if this was the last one.
   void reset() noexcept {
-    // acq_rel: every write through any handle happens-before the block is handed out again.
-    if (ctl_ != nullptr && ctl_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (ctl_ == nullptr) return;
+    // A count of 1 seen by the sole handle cannot change under it (only a holder can copy), so
+    // the common unshared case skips the locked decrement; the count is set again on acquire.
+    // acquire/acq_rel: every write through any handle happens-before the block is handed out
+    // again.
+    if (ctl_->refs.load(std::memory_order_acquire) == 1 ||
+        ctl_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       detail::return_block(ctl_);
     }
     ctl_ = nullptr;

@@ -72,8 +72,9 @@ struct size_class {
 
   // Written by every acquire and release: each group on its own cache line.
   alignas(64) std::atomic<std::uint64_t> head{pack(nil, 0)};
+  // No `released` counter: it is acquired - in_use, and one locked add less per release is ~8 ns
+  // on our VMs (bench_io_buffer_pool).
   alignas(64) std::atomic<std::uint64_t> acquired{0};
-  std::atomic<std::uint64_t> released{0};
   std::atomic<std::uint64_t> exhausted{0};
   std::atomic<std::uint32_t> in_use{0};
   std::atomic<std::uint32_t> high_water{0};
@@ -91,7 +92,6 @@ struct size_class {
 
 void return_block(block_ctl* ctl) noexcept {
   size_class& cls = *ctl->owner;
-  cls.released.fetch_add(1, std::memory_order_relaxed);
   // Before the push, so that in_use never counts a block that is already back on the list (the
   // high-water mark then never exceeds block_count).
   cls.in_use.fetch_sub(1, std::memory_order_relaxed);
@@ -264,10 +264,11 @@ size_class_stats buffer_pool::stats(std::size_t class_index) const noexcept {
   size_class_stats s;
   s.block_size = cls.block_size;
   s.block_count = cls.block_count;
-  s.acquired = cls.acquired.load(std::memory_order_relaxed);
-  s.released = cls.released.load(std::memory_order_relaxed);
-  s.exhausted = cls.exhausted.load(std::memory_order_relaxed);
+  // Exact when no acquire or release is in flight; min() keeps a racing snapshot from wrapping.
   s.in_use = cls.in_use.load(std::memory_order_relaxed);
+  s.acquired = cls.acquired.load(std::memory_order_relaxed);
+  s.released = s.acquired - std::min<std::uint64_t>(s.acquired, s.in_use);
+  s.exhausted = cls.exhausted.load(std::memory_order_relaxed);
   s.high_water = cls.high_water.load(std::memory_order_relaxed);
   return s;
 }

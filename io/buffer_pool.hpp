@@ -50,7 +50,7 @@ struct size_class_stats {
   std::size_t block_size = 0;
   std::uint32_t block_count = 0;
   std::uint64_t acquired = 0;   ///< successful try_acquire() calls
-  std::uint64_t released = 0;   ///< blocks returned (last handle dropped)
+  std::uint64_t released = 0;   ///< blocks returned (last handle dropped): acquired - in_use
   std::uint64_t exhausted = 0;  ///< try_acquire() calls that found the class empty
   std::uint32_t in_use = 0;     ///< blocks handed out and not yet returned
   std::uint32_t high_water = 0; ///< the most blocks in use at once
