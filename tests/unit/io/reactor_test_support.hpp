@@ -1,0 +1,42 @@
+#pragma once
+// Helpers shared by the reactor tests: driving a reactor until a condition holds, counting threads.
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+
+#include "io/io_op.hpp"
+#include "io/reactor.hpp"
+
+namespace vessel::io::testing {
+
+using fn_op = callback_op<std::function<void(int, std::uint32_t)>>;
+
+/// Drives a driven-mode reactor until `done()` or `limit`; true if `done()` became true.
+template <class Pred>
+bool run_until(reactor& r, Pred done, std::chrono::milliseconds limit = std::chrono::seconds{10}) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    r.run_once(std::chrono::milliseconds{10});
+  }
+  return true;
+}
+
+/// Threads of this process right now.
+inline std::size_t thread_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+/// A driven-mode config, with every optional path or none.
+inline reactor_config driven(bool better_paths) {
+  reactor_config c;
+  c.own_thread = false;
+  c.allowed = better_paths ? uring_features::all() : uring_features::none();
+  return c;
+}
+
+}  // namespace vessel::io::testing
