@@ -1,0 +1,458 @@
+#include "io/shm_transport.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "io/errc.hpp"
+#include "io/log.hpp"
+
+namespace vessel::io {
+namespace {
+
+// A ring record, 8-byte aligned, never split across the ring's end:
+//   u32 word0   bits 0..29: record bytes including these 8 (a multiple of 8); bits 30..31: kind
+//   u32 hlen    the wire prefix: bytes of the Cap'n Proto header message that follows
+//   header      hlen bytes (a whole number of words, so it stays 8-byte aligned for decoding)
+//   inline:     the payload bytes (header.payload_len), padded to 8
+//   area:       u64 payload-area position of the payload
+//   pad:        (word0 only) the rest of the ring up to its end is unused: continue at offset 0
+// The header is exactly the stream format's `u32 header_len | header`, so one decoder
+// (wire::decode_header) serves TCP and shared memory alike.
+constexpr std::uint32_t kind_shift = 30;
+constexpr std::uint32_t len_mask = (1u << kind_shift) - 1;
+constexpr std::uint32_t kind_inline = 0;
+constexpr std::uint32_t kind_area = 1;
+constexpr std::uint32_t kind_pad = 2;
+constexpr std::uint64_t record_prefix = 8;
+
+// Frames delivered per receive turn before the reactor gets to run its other work.
+constexpr std::size_t drain_batch = 256;
+
+constexpr std::uint64_t align_up(std::uint64_t n, std::uint64_t a) noexcept {
+  return (n + a - 1) & ~(a - 1);
+}
+
+template <class T>
+T load(const std::byte* p) noexcept {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <class T>
+void store(std::byte* p, T v) noexcept {
+  std::memcpy(p, &v, sizeof v);
+}
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+shm_transport::shm_transport(reactor& r, shm_channel channel, transport_handler& handler,
+                             shm_config config)
+    : reactor_{r},
+      channel_{std::move(channel)},
+      handler_{handler},
+      config_{config},
+      spin_budget_{config.max_spin} {
+  std::byte* tx = channel_.tx.data();
+  std::byte* rx = channel_.rx.data();
+  tx_ctl_ = reinterpret_cast<shm::ring_control*>(tx + shm::cache_line);
+  rx_ctl_ = reinterpret_cast<shm::ring_control*>(rx + shm::cache_line);
+  const auto tx_ring = channel_.tx_ring_bytes;
+  const auto rx_ring = channel_.rx_ring_bytes;
+  tx_ring_ = shm::ring_producer{&tx_ctl_->head, &tx_ctl_->tail, tx + shm::ring_offset, tx_ring};
+  tx_area_ = shm::ring_producer{&tx_ctl_->area_head, &tx_ctl_->area_tail,
+                                tx + shm::ring_offset + tx_ring, channel_.tx_area_bytes};
+  rx_ring_ = shm::ring_consumer{&rx_ctl_->head, &rx_ctl_->tail, rx + shm::ring_offset, rx_ring};
+  rx_area_ = shm::ring_consumer{&rx_ctl_->area_head, &rx_ctl_->area_tail,
+                                rx + shm::ring_offset + rx_ring, channel_.rx_area_bytes};
+}
+
+shm_transport::~shm_transport() {
+  // The reactor holds our ops' addresses while they are in flight.
+  assert(!wake_op_.in_flight() && !peer_op_.in_flight() && !continuation_pending_ &&
+         "destroy an shm_transport after on_closed() or after its reactor stopped");
+}
+
+void shm_transport::start() {
+  if (state_ != state::idle) return;
+  state_ = state::open;
+  arm_wake();
+  reactor_.poll_add(peer_op_, channel_.socket.get(), POLLIN | POLLRDHUP);
+  receive_loop();
+}
+
+// -- Sending -----------------------------------------------------------------------------------
+
+result<void> shm_transport::send(const wire::frame_header& header, buffer_slice payload) {
+  return send_copy(header, payload.bytes());
+}
+
+result<void> shm_transport::send_copy(const wire::frame_header& header,
+                                      std::span<const std::byte> payload) {
+  if (state_ != state::open) return errc::transport_closed;
+  if (header.payload_len != payload.size()) return make_error_code(std::errc::invalid_argument);
+  VESSEL_TRY(encoder_.encode(header, payload));
+  const auto wire_header = encoder_.header_bytes();  // u32 header_len | header
+  const std::uint64_t hlen = wire_header.size() - wire::prefix_bytes;
+  const bool in_area = payload.size() > config_.inline_max;
+  const std::uint64_t rec_len =
+      record_prefix + align_up(hlen, 8) + (in_area ? 8 : align_up(payload.size(), 8));
+  const std::uint64_t area_len = in_area ? align_up(payload.size(), shm::cache_line) : 0;
+  if (area_len > tx_area_.capacity() || rec_len > tx_ring_.capacity() / 2) {
+    return make_error_code(std::errc::message_size);  // could never fit, however long we wait
+  }
+
+  std::byte* area = nullptr;
+  std::byte* rec = nullptr;
+  std::uint64_t area_pos = 0, rec_pos = 0, skipped = 0, area_skipped = 0;
+  const auto reserve = [&] {
+    if (in_area && (area = tx_area_.reserve(area_len, area_pos, area_skipped)) == nullptr) {
+      return false;
+    }
+    if ((rec = tx_ring_.reserve(rec_len, rec_pos, skipped)) == nullptr) {
+      tx_area_.rollback();
+      return false;
+    }
+    return true;
+  };
+  if (!reserve()) {
+    // Dekker with the consumer's wake_peer_producer(): we store "waiting" then load its tail
+    // (inside reserve); it stores its tail then loads "waiting". With a seq_cst fence between
+    // each pair, at least one side sees the other's store: either our retry finds the room, or
+    // the consumer sees the flag and wakes us, so on_writable() cannot be lost.
+    tx_ctl_->producer_waiting.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!reserve()) {
+      ++stats_.send_queue_full;
+      want_writable_ = true;
+      refused_ring_bytes_ = rec_len + record_prefix;
+      refused_area_bytes_ = area_len;
+      return errc::send_queue_full;
+    }
+  }
+
+  // Write once: the payload goes straight to where the peer will read it.
+  if (in_area) std::memcpy(area, payload.data(), payload.size());
+  if (skipped != 0) {
+    store<std::uint32_t>(tx_ring_.at(rec_pos - skipped), kind_pad << kind_shift);
+  }
+  const std::uint32_t kind = in_area ? kind_area : kind_inline;
+  store<std::uint32_t>(rec, static_cast<std::uint32_t>(rec_len) | (kind << kind_shift));
+  store<std::uint32_t>(rec + 4, static_cast<std::uint32_t>(hlen));
+  std::memcpy(rec + record_prefix, wire_header.data() + wire::prefix_bytes, hlen);
+  std::byte* body = rec + record_prefix + align_up(hlen, 8);
+  if (in_area) {
+    store<std::uint64_t>(body, area_pos);
+  } else if (!payload.empty()) {
+    std::memcpy(body, payload.data(), payload.size());
+  }
+  if (in_area) tx_area_.publish();
+  tx_ring_.publish();  // release: everything above happens-before the peer's acquire of head
+
+  ++stats_.frames_sent;
+  stats_.bytes_sent += wire_header.size() + payload.size();
+  stats_.send_queue_high_water = std::max<std::uint64_t>(stats_.send_queue_high_water,
+                                                         queued_bytes());
+  wake_peer_consumer();
+  return outcome::success();
+}
+
+std::size_t shm_transport::queued_bytes() const noexcept {
+  return static_cast<std::size_t>(tx_ring_.in_use() + tx_area_.in_use());
+}
+
+// No lost wake-up (Dekker, both sides seq_cst-fenced):
+//   sender:   publish head (release); fence; load consumer_sleeping
+//   receiver: store consumer_sleeping = 1; fence; load head          (try_sleep)
+// In the single total order of the two fences, whichever comes second sees the other side's
+// store: either the receiver finds the frame and does not sleep, or the sender finds the flag
+// and writes the eventfd, whose READ is always armed on the receiver's reactor. exchange() makes
+// one sender write per sleep; an extra write only causes one spurious wake-up.
+void shm_transport::wake_peer_consumer() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (tx_ctl_->consumer_sleeping.load(std::memory_order_relaxed) != 0 &&
+      tx_ctl_->consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+    notify_peer();
+  }
+}
+
+// The mirror image for room: our consume_to() (release) then fence then load the peer's
+// "waiting" flag, against its store of the flag, fence, and load of our tail.
+void shm_transport::wake_peer_producer() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (rx_ctl_->producer_waiting.load(std::memory_order_relaxed) != 0 &&
+      rx_ctl_->producer_waiting.exchange(0, std::memory_order_acq_rel) != 0) {
+    notify_peer();
+  }
+}
+
+void shm_transport::notify_peer() noexcept {
+  const std::uint64_t one = 1;
+  // Cannot block: the counter would need 2^64-2 unread wake-ups.
+  [[maybe_unused]] const auto n = ::write(channel_.wake_out.get(), &one, sizeof one);
+  ++shm_stats_.wakeups_sent;
+}
+
+void shm_transport::check_writable() {
+  if (!want_writable_ || state_ != state::open) return;
+  const bool room = tx_ring_.capacity() - tx_ring_.in_use() >= refused_ring_bytes_ &&
+                    tx_area_.capacity() - tx_area_.in_use() >= refused_area_bytes_;
+  if (!room) {
+    // Still full: re-announce that we wait (the peer cleared the flag when it woke us).
+    tx_ctl_->producer_waiting.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!(tx_ring_.capacity() - tx_ring_.in_use() >= refused_ring_bytes_ &&
+          tx_area_.capacity() - tx_area_.in_use() >= refused_area_bytes_)) {
+      return;
+    }
+  }
+  want_writable_ = false;
+  handler_.on_writable();
+}
+
+// -- Receiving ---------------------------------------------------------------------------------
+
+void shm_transport::arm_wake() {
+  reactor_.read(wake_op_, channel_.wake_in.get(),
+                std::as_writable_bytes(std::span{&wake_op_.value, 1}), 0);
+}
+
+void shm_transport::wake_op::complete(int res, std::uint32_t) { owner.on_wake(res); }
+
+void shm_transport::on_wake(int res) {
+  if (state_ != state::open) {
+    maybe_finish();
+    return;
+  }
+  if (res == -ECANCELED) return begin_close(errc::transport_closed);  // the reactor stops
+  if (res < 0) return fail(error_from_errno(res));
+  ++shm_stats_.wakeups_received;
+  if (sleeping_) {
+    sleeping_ = false;
+    // Woken sooner than a full spin would have lasted: spinning would have caught this frame
+    // without the syscalls, so spin fully again (the "adaptive" half of the idle strategy).
+    if (std::chrono::steady_clock::now() - slept_at_ < config_.max_spin) {
+      spin_budget_ = config_.max_spin;
+    }
+  }
+  rx_ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
+  arm_wake();
+  receive_loop();
+}
+
+void shm_transport::continue_receive(void* self) noexcept {
+  auto* t = static_cast<shm_transport*>(self);
+  t->continuation_pending_ = false;
+  if (t->state_ == state::open) {
+    t->receive_loop();
+  } else {
+    t->maybe_finish();
+  }
+}
+
+void shm_transport::receive_loop() {
+  if (in_receive_) return;  // a handler's send/close re-entered us: the outer loop carries on
+  in_receive_ = true;
+  while (state_ == state::open) {
+    const std::size_t n = drain(drain_batch);
+    if (state_ != state::open) break;
+    check_writable();
+    if (n == drain_batch) {
+      // Possibly more: let the reactor's other work run first, then continue.
+      continuation_pending_ = reactor_.post(work_item{&shm_transport::continue_receive, this});
+      break;
+    }
+    if (spin_for_frames()) continue;
+    if (try_sleep()) break;
+  }
+  in_receive_ = false;
+}
+
+// Bounded spin on an empty ring. The budget halves after each spin that found nothing, so an idle
+// link stops spinning after a few rounds (no core burnt), and is restored when frames come
+// during a spin or soon after a sleep began (on_wake).
+bool shm_transport::spin_for_frames() {
+  if (spin_budget_.count() <= 0) return false;
+  const auto deadline = std::chrono::steady_clock::now() + spin_budget_;
+  do {
+    for (int i = 0; i < 32; ++i) {
+      if (rx_ring_.refresh() != 0) {
+        ++shm_stats_.spin_hits;
+        spin_budget_ = config_.max_spin;
+        return true;
+      }
+      cpu_relax();
+    }
+  } while (std::chrono::steady_clock::now() < deadline);
+  spin_budget_ /= 2;
+  if (spin_budget_ < std::chrono::microseconds{1}) spin_budget_ = std::chrono::nanoseconds{0};
+  return false;
+}
+
+// Dekker, receiver half (see wake_peer_consumer).
+bool shm_transport::try_sleep() {
+  rx_ctl_->consumer_sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (rx_ring_.refresh() != 0) {
+    rx_ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
+    return false;
+  }
+  sleeping_ = true;
+  slept_at_ = std::chrono::steady_clock::now();
+  ++shm_stats_.sleeps;
+  return true;
+}
+
+std::size_t shm_transport::drain(std::size_t budget) {
+  std::size_t delivered = 0;
+  const std::uint64_t area_cap = rx_area_.capacity();
+  const auto bad = [&](const char* what) {
+    log::get("io").warn("shm transport: bad record at {} ({})", rx_ring_.position(), what);
+    fail(errc::bad_frame);
+    return delivered;
+  };
+  while (delivered < budget && state_ == state::open) {
+    const std::uint64_t readable = rx_ring_.readable();
+    if (readable == 0) break;
+    const std::uint64_t pos = rx_ring_.position();
+    const std::byte* rec = rx_ring_.at(pos);
+    const std::uint64_t room = std::min(readable, rx_ring_.contiguous(pos));
+    // Everything read from the peer's memory is checked before use: a buggy or hostile peer
+    // must get a bad_frame, not a read outside our mapping.
+    if (readable < record_prefix || readable % 8 != 0) return bad("ring head misaligned");
+    const auto word0 = load<std::uint32_t>(rec);
+    const std::uint32_t kind = word0 >> kind_shift;
+    const std::uint64_t len = word0 & len_mask;
+    if (kind == kind_pad) {
+      rx_ring_.consume_to(pos + rx_ring_.contiguous(pos));
+      continue;
+    }
+    const auto hlen = static_cast<std::uint64_t>(load<std::uint32_t>(rec + 4));
+    if ((kind != kind_inline && kind != kind_area) || len % 8 != 0 || len > room ||
+        hlen < wire::min_header_bytes || record_prefix + align_up(hlen, 8) > len) {
+      return bad("record length");
+    }
+    auto header = wire::decode_header({rec + record_prefix, hlen}, config_.limits);
+    if (!header) {
+      log::get("io").warn("shm transport: header refused: {}", header.error().message());
+      return bad("header");
+    }
+    const std::uint64_t plen = header.value().payload_len;
+    const std::byte* body = rec + record_prefix + align_up(hlen, 8);
+    const std::byte* payload = body;
+    std::uint64_t area_end = 0;
+    if (kind == kind_inline) {
+      if (record_prefix + align_up(hlen, 8) + plen > len) return bad("inline payload length");
+    } else {
+      const auto area_pos = load<std::uint64_t>(body);
+      // The area head was stored before the ring head we acquired, so relaxed suffices.
+      const auto area_head = rx_ctl_->area_head.load(std::memory_order_relaxed);
+      if (record_prefix + align_up(hlen, 8) + 8 != len || area_pos < rx_area_.position() ||
+          area_pos > area_head || plen > area_head - area_pos ||
+          plen > rx_area_.contiguous(area_pos) || plen > area_cap) {
+        return bad("payload area range");
+      }
+      payload = rx_area_.at(area_pos);
+      area_end = area_pos + align_up(plen, shm::cache_line);
+    }
+    ++stats_.frames_received;
+    stats_.bytes_received += wire::prefix_bytes + hlen + plen;
+    handler_.on_frame(header.value(), {payload, static_cast<std::size_t>(plen)}, buffer_slice{});
+    // The payload view ends here: hand the bytes back to the peer.
+    rx_ring_.consume_to(pos + len);
+    if (kind == kind_area) rx_area_.consume_to(area_end);
+    ++delivered;
+  }
+  if (delivered != 0) wake_peer_producer();
+  return delivered;
+}
+
+// -- Peer death and closing --------------------------------------------------------------------
+
+void shm_transport::peer_watch_op::complete(int res, std::uint32_t) { owner.on_peer_event(res); }
+
+void shm_transport::on_peer_event(int res) {
+  if (state_ != state::open) {
+    maybe_finish();
+    return;
+  }
+  if (res == -ECANCELED) return begin_close(errc::transport_closed);  // the reactor stops
+  // Nothing travels on the socket after the hand-over, so readiness means EOF (the peer closed
+  // or died: the kernel closes a dead process's descriptors) or a protocol violation.
+  std::error_code why;
+  if (res < 0) {
+    why = error_from_errno(res);
+  } else {
+    std::byte probe{};
+    const ssize_t n = ::recv(channel_.socket.get(), &probe, 1, MSG_DONTWAIT);
+    if (n > 0) {
+      why = errc::bad_frame;
+    } else if (n < 0 && errno != ECONNRESET && errno != EPIPE) {
+      why = error_from_errno(-errno);
+    } else {
+      // Deliver what the peer published before it went; then say how it went.
+      in_receive_ = true;
+      while (state_ == state::open && drain(drain_batch) == drain_batch) {
+      }
+      in_receive_ = false;
+      why = rx_ctl_->producer_closed.load(std::memory_order_acquire) != 0
+                ? make_error_code(errc::connection_closed)
+                : make_error_code(errc::connection_reset);
+    }
+  }
+  if (state_ == state::open) begin_close(why);
+}
+
+void shm_transport::fail(std::error_code why) {
+  if (state_ == state::open) {
+    log::get("io").warn("shm transport closing: {}", why.message());
+    begin_close(why);
+  }
+}
+
+void shm_transport::close() noexcept {
+  if (state_ == state::idle) {
+    state_ = state::closing;
+    close_reason_ = errc::transport_closed;
+    maybe_finish();
+    return;
+  }
+  if (state_ == state::open) begin_close(errc::transport_closed);
+}
+
+void shm_transport::begin_close(std::error_code why) {
+  state_ = state::closing;
+  close_reason_ = why;
+  // Tell the peer it was an orderly end before it sees EOF; shutdown() makes the EOF immediate
+  // even where another process still holds a copy of our socket (fork).
+  tx_ctl_->producer_closed.store(1, std::memory_order_release);
+  ::shutdown(channel_.socket.get(), SHUT_RDWR);
+  reactor_.cancel(wake_op_);
+  reactor_.cancel(peer_op_);
+  maybe_finish();
+}
+
+void shm_transport::maybe_finish() {
+  if (state_ != state::closing || wake_op_.in_flight() || peer_op_.in_flight() ||
+      continuation_pending_) {
+    return;
+  }
+  state_ = state::closed;
+  handler_.on_closed(close_reason_);
+}
+
+}  // namespace vessel::io

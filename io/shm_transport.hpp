@@ -1,0 +1,138 @@
+#pragma once
+// The shared-memory transport: frames between two processes on one host through two SPSC rings
+// (one per direction) in memfd segments, set up by io/shm_connector.hpp.
+//
+// - Small payloads (<= shm_config::inline_max) travel inside the ring record; larger ones are
+//   written once by the sender into the direction's payload area and handed to the receiver's
+//   on_frame() as a view INTO shared memory: one copy in all, where a socket costs two. The bytes
+//   are released to the sender when on_frame() returns, so payload_owner is empty: a receiver
+//   that keeps a payload copies it (the interface contract for transports without pooled
+//   receive buffers).
+// - Wake-ups: after emptying its ring the receiver spins for a bounded, adaptive time, then sets
+//   its "sleeping" flag and relies on an eventfd READ that is always armed on its reactor. The
+//   sender writes that eventfd only when the flag is set (the no-lost-wake-up argument is in
+//   shm_transport.cpp), so a busy link makes no syscall per frame.
+// - Peer death: the hand-over socket stays connected and a poll is armed on it. The kernel
+//   closes a dead process's socket, so EOF arrives within a reactor turn of the death; the
+//   receiver then delivers what the peer had published and ends with errc::connection_reset (or
+//   errc::connection_closed when the peer had closed in order first).
+// - Backpressure: a full ring or area refuses send() with errc::send_queue_full; the receiver,
+//   seeing the sender's "waiting" flag after it frees room, wakes it, and on_writable() follows.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "io/io_op.hpp"
+#include "io/reactor.hpp"
+#include "io/shm_connector.hpp"
+#include "io/shm_ring.hpp"
+#include "io/transport.hpp"
+#include "wire/frame_codec.hpp"
+
+namespace vessel::io {
+
+/// Counters specific to the shared-memory path (reactor thread).
+struct shm_stats {
+  std::uint64_t spin_hits = 0;         ///< frames found while spinning (no sleep needed)
+  std::uint64_t sleeps = 0;            ///< times the receiver went to sleep on its eventfd
+  std::uint64_t wakeups_sent = 0;      ///< eventfd writes to the peer (data or room)
+  std::uint64_t wakeups_received = 0;  ///< eventfd READ completions
+};
+
+/// A transport over a shared-memory channel. Reactor thread only, except construction.
+class shm_transport final : public transport {
+ public:
+  /// Takes over `channel` (any thread); nothing happens until start().
+  shm_transport(reactor& r, shm_channel channel, transport_handler& handler,
+                shm_config config = {});
+  /// The transport must be closed and on_closed() seen, or its reactor stopped, before this.
+  ~shm_transport() override;
+
+  shm_transport(const shm_transport&) = delete;
+  shm_transport& operator=(const shm_transport&) = delete;
+
+  /// Arms the wake-up READ and the peer watch, then delivers whatever is already queued.
+  void start();
+
+  /// Copies the payload once into shared memory; `payload` is released before this returns.
+  result<void> send(const wire::frame_header& header, buffer_slice payload) override;
+  result<void> send_copy(const wire::frame_header& header,
+                         std::span<const std::byte> payload) override;
+  /// Bytes sent and not yet consumed by the peer (ring records plus payload-area bytes).
+  std::size_t queued_bytes() const noexcept override;
+  void close() noexcept override;
+  const transport_stats& stats() const noexcept override { return stats_; }
+
+  /// Spin and wake-up counters.
+  const shm_stats& shm_counters() const noexcept { return shm_stats_; }
+  /// The spin budget the receiver uses now (adapts between 0 and config.max_spin).
+  std::chrono::nanoseconds spin_budget() const noexcept { return spin_budget_; }
+
+ private:
+  enum class state : std::uint8_t { idle, open, closing, closed };
+
+  struct wake_op final : io_op {
+    explicit wake_op(shm_transport& t) : owner{t} {}
+    void complete(int res, std::uint32_t flags) override;
+    shm_transport& owner;
+    std::uint64_t value = 0;
+  };
+  struct peer_watch_op final : io_op {
+    explicit peer_watch_op(shm_transport& t) : owner{t} {}
+    void complete(int res, std::uint32_t flags) override;
+    shm_transport& owner;
+  };
+
+  static void continue_receive(void* self) noexcept;
+
+  void arm_wake();
+  void on_wake(int res);
+  void on_peer_event(int res);
+  void receive_loop();
+  std::size_t drain(std::size_t budget);
+  bool spin_for_frames();
+  bool try_sleep();
+  void check_writable();
+  void wake_peer_consumer();
+  void wake_peer_producer();
+  void notify_peer() noexcept;
+  void begin_close(std::error_code why);
+  void maybe_finish();
+  void fail(std::error_code why);
+
+  reactor& reactor_;
+  shm_channel channel_;
+  transport_handler& handler_;
+  shm_config config_;
+
+  // Our direction (we produce) and the peer's (we consume).
+  shm::ring_control* tx_ctl_ = nullptr;
+  shm::ring_control* rx_ctl_ = nullptr;
+  shm::ring_producer tx_ring_;
+  shm::ring_producer tx_area_;
+  shm::ring_consumer rx_ring_;
+  shm::ring_consumer rx_area_;
+
+  wire::frame_encoder encoder_;
+  wake_op wake_op_{*this};
+  peer_watch_op peer_op_{*this};
+
+  state state_ = state::idle;
+  std::error_code close_reason_;
+  bool continuation_pending_ = false;
+  bool in_receive_ = false;
+  bool want_writable_ = false;
+  std::uint64_t refused_ring_bytes_ = 0;  // the refused send's needs, for on_writable
+  std::uint64_t refused_area_bytes_ = 0;
+
+  std::chrono::nanoseconds spin_budget_;
+  std::chrono::steady_clock::time_point slept_at_{};
+  bool sleeping_ = false;
+
+  transport_stats stats_;
+  shm_stats shm_stats_;
+};
+
+}  // namespace vessel::io
