@@ -267,11 +267,13 @@ void shm_transport::continue_receive(void* self) noexcept {
 void shm_transport::receive_loop() {
   if (in_receive_) return;  // a handler's send/close re-entered us: the outer loop carries on
   in_receive_ = true;
+  std::size_t delivered = 0;
   while (state_ == state::open) {
-    const std::size_t n = drain(drain_batch);
+    delivered += drain(drain_batch - delivered);
     if (state_ != state::open) break;
     check_writable();
-    if (n == drain_batch) {
+    // A busy link (ping-pong keeps the spin succeeding) must not keep the reactor to itself.
+    if (delivered >= drain_batch) {
       // Possibly more: let the reactor's other work run first, then continue.
       continuation_pending_ = reactor_.post(work_item{&shm_transport::continue_receive, this});
       break;
@@ -374,8 +376,13 @@ std::size_t shm_transport::drain(std::size_t budget) {
     handler_.on_frame(header.value(), {payload, static_cast<std::size_t>(plen)}, buffer_slice{});
     // The payload view ends here: hand the bytes back to the peer.
     rx_ring_.consume_to(pos + len);
-    if (kind == kind_area) rx_area_.consume_to(area_end);
     ++delivered;
+    if (kind == kind_area) {
+      rx_area_.consume_to(area_end);
+      // A large payload freed a lot of room: let a waiting sender refill now, not after the
+      // batch (keeps both processes copying at once when streaming).
+      wake_peer_producer();
+    }
   }
   if (delivered != 0) wake_peer_producer();
   return delivered;

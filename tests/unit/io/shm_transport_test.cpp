@@ -1,0 +1,253 @@
+// The shared-memory transport within one process: both ends on their own reactor thread, so the
+// ring protocol runs truly concurrently (and under TSan, which sees both sides' atomics).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <future>
+#include <set>
+#include <string>
+#include <sys/mman.h>
+#include <thread>
+#include <unistd.h>
+
+#include "io/errc.hpp"
+#include "io/shm_ring.hpp"
+#include "io/shm_segment.hpp"
+#include "tests/unit/io/shm_test_support.hpp"
+
+namespace vessel::io {
+namespace {
+
+using namespace std::chrono_literals;
+using shm_test::side;
+
+shm_config small_config() {
+  shm_config c;
+  c.ring_bytes = 4096;
+  c.area_bytes = 16384;
+  c.inline_max = 300;
+  return c;
+}
+
+std::set<std::string> dev_shm_entries() {
+  std::set<std::string> names;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) names.insert(e->d_name);
+    ::closedir(d);
+  }
+  return names;
+}
+
+TEST(shm_ring, positions_wrap_with_skipped_tail_and_full_ring_refuses) {
+  alignas(64) std::atomic<std::uint64_t> head{0}, tail{0};
+  alignas(64) std::byte data[256] = {};
+  shm::ring_producer p{&head, &tail, data, sizeof data};
+  shm::ring_consumer c{&head, &tail, data, sizeof data};
+  std::uint64_t pos = 0, skipped = 0;
+
+  ASSERT_NE(p.reserve(200, pos, skipped), nullptr);
+  EXPECT_EQ(pos, 0u);
+  EXPECT_EQ(skipped, 0u);
+  EXPECT_EQ(c.readable(), 0u) << "nothing is visible before publish()";
+  p.publish();
+  EXPECT_EQ(c.refresh(), 200u);
+  EXPECT_EQ(p.reserve(100, pos, skipped), nullptr) << "56 free bytes cannot hold 100";
+  c.consume_to(200);
+  // 56 bytes remain before the end: they are skipped and the record starts at offset 0.
+  std::byte* at = p.reserve(100, pos, skipped);
+  ASSERT_EQ(at, data);
+  EXPECT_EQ(skipped, 56u);
+  EXPECT_EQ(pos, 256u);
+  p.rollback();
+  EXPECT_EQ(p.reserve(40, pos, skipped), data + 200) << "rollback forgot the reservation";
+  p.publish();
+  EXPECT_EQ(p.in_use(), 40u);
+}
+
+TEST(shm_segment, refuses_a_memfd_whose_size_is_not_sealed) {
+  shm_fd fd{::memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING)};
+  ASSERT_TRUE(fd);
+  ASSERT_EQ(::ftruncate(fd.get(), 65536), 0);
+  auto seg = shm_segment::adopt(std::move(fd), 4096, 1 << 20);
+  ASSERT_FALSE(seg);
+  EXPECT_EQ(seg.error(), errc::handshake_failed);
+}
+
+TEST(shm_connector, abstract_listener_hands_segments_over_and_leaves_no_file) {
+  const auto before = dev_shm_entries();
+  const std::string name = "test-" + std::to_string(::getpid());
+  auto listener = shm_listener::listen(name);
+  ASSERT_TRUE(listener) << listener.error().message();
+  shm_config config = small_config();
+  auto accepted = std::async(std::launch::async, [&] { return listener.value().accept(config); });
+  auto connected = shm_connect(name, config);
+  auto acc = accepted.get();
+  ASSERT_TRUE(connected) << connected.error().message();
+  ASSERT_TRUE(acc) << acc.error().message();
+  EXPECT_EQ(connected.value().rx_ring_bytes, config.ring_bytes);
+  EXPECT_EQ(acc.value().rx_area_bytes, config.area_bytes);
+  EXPECT_GE(connected.value().tx.size(), shm::segment_bytes(4096, 16384));
+  EXPECT_EQ(dev_shm_entries(), before) << "memfd segments must not appear in /dev/shm";
+  EXPECT_EQ(::access(("/tmp/" + name).c_str(), F_OK), -1);
+}
+
+TEST(shm_transport, frames_of_odd_sizes_wrap_the_ring_in_order_and_intact) {
+  constexpr std::uint64_t frames = 20000;
+  auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
+  side a, b;
+  a.open(std::move(ca), small_config());
+  b.open(std::move(cb), small_config());
+
+  std::promise<shm_test::digest> received;
+  shm_test::digest rx;
+  std::uint64_t expected = 0;
+  bool order_ok = true;
+  b.h.frame = [&](const wire::frame_header& h, std::span<const std::byte> payload) {
+    if (h.kind() == wire::frame_kind::heartbeat) {
+      received.set_value(rx);
+      return;
+    }
+    order_ok = order_ok && h.seq == expected++ && h.crc32c == wire::crc32c(payload);
+    rx.add(h.seq, payload);
+  };
+
+  shm_test::digest tx;
+  std::uint64_t next = 0;
+  const auto& pat = shm_test::pattern();
+  // Sizes 1..1999, many odd, crossing inline_max (300) both ways: records of every length meet
+  // the ring's end, so every wrap case (pad record, exact fit, area skip) happens.
+  std::function<void()> pump = [&] {
+    while (next <= frames) {
+      result<void> sent = outcome::success();
+      if (next == frames) {
+        sent = a.t->send_copy(shm_test::end_header(next), {});
+      } else {
+        const std::size_t len = (next * 7919) % 1999 + 1;
+        std::span<const std::byte> payload{pat.data() + (next * 131) % (pat.size() - 2000), len};
+        sent = a.t->send_copy(shm_test::data_header(next, len, wire::crc32c(payload)), payload);
+        if (sent) tx.add(next, payload);
+      }
+      if (!sent) {
+        ASSERT_EQ(sent.error(), errc::send_queue_full);
+        return;  // on_writable() calls pump again
+      }
+      ++next;
+    }
+  };
+  a.h.writable = pump;
+  b.start();
+  a.start();
+  shm_test::run_on(*a.r, pump);
+
+  auto done = received.get_future();
+  ASSERT_EQ(done.wait_for(60s), std::future_status::ready);
+  const auto got = done.get();
+  EXPECT_TRUE(order_ok);
+  EXPECT_EQ(got.frames, frames);
+  EXPECT_EQ(got.value, tx.value);
+  EXPECT_EQ(got.bytes, tx.bytes);
+  EXPECT_GT(shm_test::run_on(*a.r, [&] { return a.t->stats().send_queue_full; }), 0u)
+      << "a 4 KiB ring must have pushed back at least once";
+}
+
+TEST(shm_transport, full_ring_refuses_with_send_queue_full_then_on_writable_resumes) {
+  auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
+  side a, b;
+  a.open(std::move(ca), small_config());
+  b.open(std::move(cb), small_config());
+  std::atomic<std::uint64_t> delivered{0};
+  b.h.frame = [&](const wire::frame_header&, std::span<const std::byte>) { ++delivered; };
+  std::promise<void> writable;
+  a.h.writable = [&] { writable.set_value(); };
+  a.start();  // b is not started: nobody consumes yet
+
+  const std::byte payload[100] = {};
+  std::uint64_t accepted = 0;
+  std::error_code refused;
+  shm_test::run_on(*a.r, [&] {
+    for (;;) {
+      auto sent = a.t->send_copy(shm_test::data_header(accepted, sizeof payload), payload);
+      if (!sent) {
+        refused = sent.error();
+        return;
+      }
+      ++accepted;
+    }
+  });
+  EXPECT_EQ(refused, errc::send_queue_full);
+  EXPECT_GT(accepted, 10u);
+  EXPECT_EQ(shm_test::run_on(*a.r, [&] { return a.t->stats().send_queue_full; }), 1u);
+  EXPECT_GT(shm_test::run_on(*a.r, [&] { return a.t->queued_bytes(); }), 3000u);
+
+  b.start();  // consuming frees room; b sees a's "waiting" flag and wakes it
+  auto ready = writable.get_future();
+  ASSERT_EQ(ready.wait_for(10s), std::future_status::ready) << "on_writable never came";
+  auto more = shm_test::run_on(*a.r, [&] {
+    return a.t->send_copy(shm_test::data_header(accepted, sizeof payload), payload);
+  });
+  EXPECT_TRUE(more);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (delivered.load() < accepted + 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(delivered.load(), accepted + 1);
+}
+
+TEST(shm_transport, orderly_close_reports_connection_closed_to_the_peer) {
+  auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
+  side a, b;
+  a.open(std::move(ca), small_config());
+  b.open(std::move(cb), small_config());
+  std::atomic<int> frames{0};
+  b.h.frame = [&](const wire::frame_header&, std::span<const std::byte>) { ++frames; };
+  a.start();
+  b.start();
+  shm_test::run_on(*a.r, [&] {
+    ASSERT_TRUE(a.t->send_copy(shm_test::data_header(1, 0), {}));
+    a.t->close();
+    a.t->close();  // idempotent
+    auto late = a.t->send_copy(shm_test::data_header(2, 0), {});
+    ASSERT_FALSE(late);
+    EXPECT_EQ(late.error(), errc::transport_closed);
+  });
+  auto local = a.h.wait_closed(5s);
+  auto remote = b.h.wait_closed(5s);
+  ASSERT_TRUE(local.has_value());
+  ASSERT_TRUE(remote.has_value());
+  EXPECT_EQ(*local, errc::transport_closed);
+  EXPECT_EQ(*remote, errc::connection_closed);
+  EXPECT_EQ(frames.load(), 1) << "a frame published before the close is still delivered";
+}
+
+TEST(shm_transport, idle_receiver_stops_spinning_and_sleeps_on_its_eventfd) {
+  auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
+  side a, b;
+  a.open(std::move(ca), small_config());
+  b.open(std::move(cb), small_config());
+  std::atomic<int> frames{0};
+  b.h.frame = [&](const wire::frame_header&, std::span<const std::byte>) { ++frames; };
+  a.start();
+  b.start();
+  // Frames far apart (10 ms >> the 40 µs spin): each idle period halves the spin budget, so an
+  // idle link ends up sleeping at once instead of burning a core.
+  for (int i = 0; i < 8; ++i) {
+    shm_test::run_on(*a.r, [&] { ASSERT_TRUE(a.t->send_copy(shm_test::data_header(i, 0), {})); });
+    std::this_thread::sleep_for(10ms);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (frames.load() < 8 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(frames.load(), 8);
+  EXPECT_EQ(shm_test::run_on(*b.r, [&] { return b.t->spin_budget(); }).count(), 0);
+  const auto counters = shm_test::run_on(*b.r, [&] { return b.t->shm_counters(); });
+  EXPECT_GE(counters.sleeps, 7u);
+  EXPECT_GE(counters.wakeups_received, 7u) << "sleeping receivers are woken through the eventfd";
+}
+
+}  // namespace
+}  // namespace vessel::io
