@@ -65,10 +65,13 @@ class pty_board {
     thread_ = std::thread([this] { run(); });
   }
 
-  /// Queues bytes to send, paced; the first byte leaves now or when the line is free.
+  /// Queues bytes to send as one unit (a frame), paced: they reach the host together when the
+  /// line would have delivered the unit's last byte. Whole units, because a board thread starved
+  /// by a loaded CI machine must not split a frame with a silence longer than the host's read
+  /// timeout, which would be a real truncation, not the test's intent.
   void send(std::span<const std::byte> bytes) {
     std::lock_guard lock{mutex_};
-    tx_.insert(tx_.end(), bytes.begin(), bytes.end());
+    tx_.emplace_back(bytes.begin(), bytes.end());
   }
 
   /// Waits until the board has consumed at least `n` bytes (paced); returns them all.
@@ -106,44 +109,42 @@ class pty_board {
   }
 
  private:
-  // 16-byte slices with a running deadline (HARNESS.md §3.2): drift-free, and not one syscall per
-  // byte at high baud rates.
+  // Received bytes are consumed in 16-byte slices with a running deadline (HARNESS.md §3.2):
+  // drift-free, and not one syscall per byte at high baud rates.
   static constexpr std::size_t slice = 16;
 
   void run() {
     auto tx_free = clock::now();  // when the line has sent everything handed to it so far
     auto rx_free = clock::now();  // when the board can consume the next received byte
-    std::array<std::byte, slice> out{};
-    std::size_t out_len = 0;      // a slice on the line: its bytes arrive when its last bit has
+    std::vector<std::byte> out;   // a unit on the line: its bytes arrive when its last bit has
     auto out_due = clock::now();  // been sent, as a UART delivers a byte after its stop bit
     std::array<std::byte, slice> chunk{};
     while (!stopping_.load()) {
       auto now = clock::now();
-      if (out_len == 0) {
+      if (out.empty()) {
         std::lock_guard lock{mutex_};
         if (!tx_.empty()) {
-          out_len = std::min(slice, tx_.size());
-          std::copy_n(tx_.begin(), out_len, out.begin());
-          tx_.erase(tx_.begin(), tx_.begin() + static_cast<std::ptrdiff_t>(out_len));
-          out_due = std::max(tx_free, now) + byte_time_ * static_cast<long>(out_len);
+          out = std::move(tx_.front());
+          tx_.pop_front();
+          out_due = std::max(tx_free, now) + byte_time_ * static_cast<long>(out.size());
           tx_free = out_due;
         }
       }
-      if (out_len > 0 && now >= out_due) {
+      if (!out.empty() && now >= out_due) {
         std::size_t off = 0;
-        while (off < out_len) {
-          const auto w = ::write(master_, out.data() + off, out_len - off);
+        while (off < out.size()) {
+          const auto w = ::write(master_, out.data() + off, out.size() - off);
           if (w <= 0) return;
           off += static_cast<std::size_t>(w);
         }
-        out_len = 0;
+        out.clear();
         std::lock_guard lock{mutex_};
         if (tx_.empty()) tx_done_ = out_due;
         continue;
       }
       // Consume one slice when the board is ready for it, waiting at most until the next tx slot.
       auto wake = now + std::chrono::milliseconds{2};
-      if (out_len > 0) wake = std::min(wake, out_due);
+      if (!out.empty()) wake = std::min(wake, out_due);
       if (now < rx_free) wake = std::min(wake, rx_free);
       if (now < rx_free) {
         std::this_thread::sleep_until(wake);
@@ -177,7 +178,7 @@ class pty_board {
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<std::byte> tx_;
+  std::deque<std::vector<std::byte>> tx_;
   std::vector<std::byte> rx_;
   clock::time_point last_rx_done_{};
   clock::time_point tx_done_{};
