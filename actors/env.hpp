@@ -1,0 +1,36 @@
+#pragma once
+// An injectable view of the process environment, so that bootstrap and authentication can be
+// tested without mutating the real environment (setenv is not thread-safe, and tests run in
+// parallel under ctest).
+
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace vessel::actors {
+
+/// Looks up one environment variable: its value, or nullopt when it is unset. A variable set to
+/// the empty string is present (and usually malformed), not absent.
+class env_view {
+ public:
+  using lookup_fn = std::function<std::optional<std::string>(std::string_view name)>;
+
+  explicit env_view(lookup_fn lookup) : lookup_{std::move(lookup)} {}
+
+  /// The real environment (::getenv).
+  static env_view process();
+  /// A fixed map, for tests and for tools that read variables from a file.
+  static env_view from_map(std::map<std::string, std::string, std::less<>> vars);
+
+  std::optional<std::string> get(std::string_view name) const { return lookup_(name); }
+  bool has(std::string_view name) const { return get(name).has_value(); }
+
+ private:
+  lookup_fn lookup_;
+};
+
+}  // namespace vessel::actors

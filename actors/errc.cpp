@@ -1,0 +1,49 @@
+#include "actors/errc.hpp"
+
+#include <string>
+
+namespace vessel::actors {
+namespace {
+
+class actors_error_category final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "vessel.actors"; }
+
+  std::string message(int value) const override {
+    switch (static_cast<errc>(value)) {
+      case errc::missing_rank: return "the launcher gives a world size but no rank";
+      case errc::missing_world_size: return "the launcher gives a rank but no world size";
+      case errc::malformed_number: return "not a decimal integer in range";
+      case errc::invalid_world_size: return "world size must be at least 1";
+      case errc::rank_out_of_range: return "rank is out of range for the world size";
+      case errc::malformed_endpoint: return "address is not host:port";
+      case errc::missing_store_port: return "MASTER_ADDR is set without MASTER_PORT";
+      case errc::bad_transport_override: return "unknown transport override";
+      case errc::transport_unavailable: return "the forced transport cannot reach the peer";
+      case errc::host_identity_unavailable: return "cannot read this host's name";
+      case errc::token_missing: return "no cluster token is configured";
+      case errc::token_too_short: return "the cluster token is too short";
+      case errc::token_file_unreadable: return "the cluster token file cannot be read";
+      case errc::token_file_permissions: return "the cluster token file is accessible to others";
+      case errc::random_unavailable: return "no random bytes for a handshake challenge";
+      case errc::crypto_failure: return "HMAC-SHA256 computation failed";
+      case errc::handshake_version_mismatch: return "peer speaks another protocol version";
+      case errc::handshake_world_mismatch: return "peer has another world size";
+      case errc::handshake_rank_out_of_range: return "peer rank is out of range";
+      case errc::handshake_wrong_peer: return "peer is not the expected rank";
+      case errc::handshake_missing_response: return "peer sent no authentication response";
+      case errc::handshake_bad_response: return "peer authentication response does not verify";
+      case errc::handshake_unexpected_frame: return "unexpected frame during the handshake";
+    }
+    return "unknown vessel.actors error";
+  }
+};
+
+}  // namespace
+
+const std::error_category& actors_category() noexcept {
+  static const actors_error_category category;
+  return category;
+}
+
+}  // namespace vessel::actors

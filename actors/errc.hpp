@@ -1,0 +1,47 @@
+#pragma once
+// Typed errors of the actors layer (bootstrap, authentication, handshake), usable as
+// std::error_code. The code says what kind of failure it is; detailed_error
+// (actors/detailed_error.hpp) carries the line that names the variable, file or peer involved.
+
+#include <system_error>
+
+namespace vessel::actors {
+
+/// Why a rank could not start, or why a peer was refused.
+enum class errc {
+  missing_rank = 1,        ///< a launcher gives the world size but not this process's rank.
+  missing_world_size,      ///< a launcher gives the rank but not the world size.
+  malformed_number,        ///< a rank, size or port variable is not a decimal integer in range.
+  invalid_world_size,      ///< the world size is below 1.
+  rank_out_of_range,       ///< a rank (or local rank) is negative or not below the world size.
+  malformed_endpoint,      ///< a store address is not `host:port`, `[v6]:port` or has a bad port.
+  missing_store_port,      ///< MASTER_ADDR is set without MASTER_PORT.
+  bad_transport_override,  ///< VESSEL_TRANSPORT is not one of auto, tcp, shm, rdma.
+  transport_unavailable,   ///< the forced transport cannot reach the peer (shm across hosts,
+                           ///< rdma not configured).
+  host_identity_unavailable,  ///< gethostname failed.
+  token_missing,              ///< neither VESSEL_TOKEN nor VESSEL_TOKEN_FILE is set.
+  token_too_short,            ///< the cluster token is shorter than min_token_bytes.
+  token_file_unreadable,   ///< the token file cannot be opened, is not a regular file or too big.
+  token_file_permissions,  ///< the token file is accessible to its group or to others.
+  random_unavailable,      ///< OpenSSL could not produce random bytes for a challenge.
+  crypto_failure,          ///< OpenSSL failed to compute an HMAC.
+  handshake_version_mismatch,   ///< the peer speaks another protocol version.
+  handshake_world_mismatch,     ///< the peer's world size differs from ours.
+  handshake_rank_out_of_range,  ///< the peer claims a rank outside the world (or our own rank).
+  handshake_wrong_peer,         ///< the peer is not the rank we dialled, or changed identity.
+  handshake_missing_response,   ///< the peer sent no response: it has no token.
+  handshake_bad_response,       ///< the peer's response does not verify: a wrong token or a replay.
+  handshake_unexpected_frame,   ///< a non-hello, duplicate or malformed hello during the handshake.
+};
+
+const std::error_category& actors_category() noexcept;
+
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), actors_category()};
+}
+
+}  // namespace vessel::actors
+
+template <>
+struct std::is_error_code_enum<vessel::actors::errc> : std::true_type {};
