@@ -45,8 +45,11 @@ std::size_t timer_queue::run_due(clock::time_point now) {
     const timer_id id = heap_.front().id;
     std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
     heap_.pop_back();
-    auto node = callbacks_.extract(id);
-    node.mapped()();  // may add or cancel timers
+    auto it = callbacks_.find(id);
+    if (it == callbacks_.end()) continue;  // cannot happen: drop_cancelled_top() kept only live ids
+    std::function<void()> fn = std::move(it->second);
+    callbacks_.erase(it);
+    fn();  // may add or cancel timers
     ++ran;
   }
   return ran;
