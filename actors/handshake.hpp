@@ -9,7 +9,10 @@
 //   acceptor verifies response_a.
 // response_x = HMAC-SHA256(token, challenge_x || response_context) (actors/auth.hpp): the context
 // binds both ranks, incarnations, the world size and the direction, so no response can be replayed
-// to another rank or reflected back.
+// to another rank or reflected back. The initiator accepts once the acceptor's response verifies,
+// the acceptor only after the third hello: the initiator sends that hello before any other frame.
+// TODO(security): this authenticates the peer, not the bytes that follow; a relay on the path could
+// still tamper with later frames (a session key from both challenges would close that).
 
 #include <chrono>
 #include <cstdint>

@@ -34,7 +34,10 @@ wire::frame_header over_the_wire(const wire::frame_header& frame) {
   std::vector<std::byte> bytes;
   auto encoded = encoder.encode_to(frame, {}, bytes);
   EXPECT_TRUE(encoded) << encoded.error().message();
-  wire::stream_decoder decoder;
+  // Handshake frames carry no payload: a small receive buffer keeps thousands of round trips fast.
+  wire::decoder_limits limits;
+  limits.max_payload_bytes = 64;
+  wire::stream_decoder decoder{limits};
   EXPECT_EQ(decoder.feed(bytes), bytes.size());
   auto next = decoder.next();
   EXPECT_TRUE(next && next.value()) << "the frame did not decode";
@@ -352,6 +355,53 @@ TEST(handshake, a_stalled_peer_expires_at_the_deadline) {
   init.opening_hello();
   EXPECT_FALSE(init.expired(t0 + 4999ms));
   EXPECT_TRUE(init.expired(t0 + 5s)) << "an acceptor that never replies is dropped";
+}
+
+TEST(handshake, no_single_bit_flip_of_a_valid_hello_is_accepted_in_its_place) {
+  // Records one good exchange, then replays it with one bit of a response or of a bound field
+  // flipped: every variant must end refused, never accepted.
+  pair_fixture p;
+  auto init = handshake::initiator(p.token, p.init_cfg, nonce_of(1), t0);
+  auto acc = handshake::acceptor(p.token, p.acc_cfg, nonce_of(2), t0);
+  const auto opening = *init.opening_hello();
+  const auto reply = hello_of(*acc.on_frame(over_the_wire(opening)));
+  const auto confirmation = hello_of(*init.on_frame(over_the_wire(hello_frame(reply))));
+
+  int refusals = 0;
+  for (std::size_t bit = 0; bit < wire::nonce_bytes * 8 + 3 * 64; ++bit) {
+    auto bad_reply = reply;
+    auto bad_confirmation = confirmation;
+    if (bit < wire::nonce_bytes * 8) {
+      (*bad_reply.response)[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));
+      (*bad_confirmation.response)[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));
+    } else {
+      const std::size_t field = (bit - wire::nonce_bytes * 8) / 64;
+      const std::uint64_t flip = std::uint64_t{1} << ((bit - wire::nonce_bytes * 8) % 64);
+      if (field == 0) {
+        bad_reply.incarnation ^= flip;
+        bad_confirmation.incarnation ^= flip;
+      } else if (field == 1) {
+        bad_reply.last_seq_seen ^= flip;
+        bad_confirmation.last_seq_seen ^= flip;
+      } else {
+        bad_reply.sender_rank ^= static_cast<std::uint32_t>(flip);
+        bad_confirmation.sender_rank ^= static_cast<std::uint32_t>(flip);
+        if (static_cast<std::uint32_t>(flip) == 0) continue;  // the upper 32 bits do not exist
+      }
+    }
+    auto i = handshake::initiator(p.token, p.init_cfg, nonce_of(1), t0);
+    i.opening_hello();
+    i.on_frame(over_the_wire(hello_frame(bad_reply)));
+    EXPECT_FALSE(i.accepted()) << "bit " << bit;
+    refusals += i.refused() ? 1 : 0;
+
+    auto a = handshake::acceptor(p.token, p.acc_cfg, nonce_of(2), t0);
+    a.on_frame(over_the_wire(opening));
+    a.on_frame(over_the_wire(hello_frame(bad_confirmation)));
+    EXPECT_FALSE(a.accepted()) << "bit " << bit;
+    refusals += a.refused() ? 1 : 0;
+  }
+  EXPECT_EQ(refusals, 2 * (wire::nonce_bytes * 8 + 2 * 64 + 32));
 }
 
 }  // namespace
