@@ -130,7 +130,8 @@ class serial_transport_test : public ::testing::Test {
     // Generous: ASan, 2 shared cores and 2 ms poll slices of the board thread.
     const auto bound = line_time * 3 + 300ms;
     ASSERT_TRUE(run_until([&] { return handler_.frames.size() == sent_by_board.size(); },
-                          std::chrono::duration_cast<std::chrono::milliseconds>(bound) + 1s));
+                          std::chrono::duration_cast<std::chrono::milliseconds>(bound) + 1s))
+        << describe();
     const auto host_rx_time = std::chrono::steady_clock::now() - start;
     EXPECT_EQ(handler_.frames, sent_by_board);
     EXPECT_GE(host_rx_time, line_time * 99 / 100);  // the board paced its bytes
@@ -147,6 +148,16 @@ class serial_transport_test : public ::testing::Test {
     EXPECT_EQ(s.frames_queued, static_cast<std::uint64_t>(count));
     EXPECT_EQ(s.bytes_sent, expect_at_board.size());
     EXPECT_EQ(s.crc_errors + s.resync_bytes + s.truncated, 0u);
+  }
+
+  std::string describe() const {
+    const auto s = transport_->stats();
+    return "frames=" + std::to_string(handler_.frames.size()) +
+           " rx_bytes=" + std::to_string(s.bytes_received) + " tx_bytes=" +
+           std::to_string(s.bytes_sent) + " crc=" + std::to_string(s.crc_errors) +
+           " truncated=" + std::to_string(s.truncated) + " resync=" + std::to_string(s.resync_bytes) +
+           " open=" + std::to_string(transport_->is_open()) +
+           " closed=" + (handler_.closed ? handler_.closed->message() : std::string{"no"});
   }
 
   std::filesystem::path dir_;
