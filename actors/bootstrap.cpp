@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "actors/errc.hpp"
+#include "io/log.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -128,6 +129,17 @@ detailed_result<launch_info> detect_launch(const env_view& env) {
     break;
   }
   VESSEL_TRY(read_store(env, info));
+  return info;
+}
+
+detailed_result<launch_info> detect_launch_and_log(const env_view& env) {
+  auto info = detect_launch(env);
+  auto& logger = log::get("actors");
+  if (info) {
+    logger.info("bootstrap: {}", describe(info.value()));
+  } else {
+    logger.error("bootstrap failed: {}", info.error().detail);
+  }
   return info;
 }
 

@@ -48,6 +48,10 @@ struct launch_info {
 /// SLURM_PROCID=0 beside a different OMPI_COMM_WORLD_RANK. Errors name the variable and value.
 detailed_result<launch_info> detect_launch(const env_view& env);
 
+/// detect_launch(), then the start-up line on the "actors" logger (io/log.hpp): describe() at info,
+/// or the error's detail at error, so that every rank says where its rank came from.
+detailed_result<launch_info> detect_launch_and_log(const env_view& env);
+
 /// The start-up log line: "rank 2 of 4 (local 0) from Open MPI; store 127.0.0.1:29500
 /// (VESSEL_STORE)".
 std::string describe(const launch_info& info);

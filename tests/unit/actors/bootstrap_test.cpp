@@ -1,10 +1,14 @@
 #include "actors/bootstrap.hpp"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <sstream>
 
 #include <string>
 
 #include "actors/errc.hpp"
+#include "io/log.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -245,6 +249,30 @@ TEST(bootstrap, the_process_environment_view_reads_getenv) {
   auto env = env_view::process();
   EXPECT_TRUE(env.has("PATH"));
   EXPECT_FALSE(env.has("VESSEL_TEST_SURELY_UNSET_3f9a"));
+}
+
+TEST(bootstrap, start_up_line_names_the_source_or_the_error) {
+  std::ostringstream captured;
+  auto& logger = log::get("actors");
+  const auto level = logger.level();
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(captured);
+  logger.sinks().push_back(sink);
+  logger.set_level(spdlog::level::info);
+  auto ok = detect_launch_and_log(env_view::from_map({{"OMPI_COMM_WORLD_RANK", "2"},
+                                                      {"OMPI_COMM_WORLD_SIZE", "4"},
+                                                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                                      {"VESSEL_STORE", "127.0.0.1:29500"}}));
+  auto bad = detect_launch_and_log(env_view::from_map({{"PMI_RANK", "x"}, {"PMI_SIZE", "2"}}));
+  logger.flush();
+  logger.sinks().pop_back();
+  logger.set_level(level);
+  EXPECT_TRUE(ok);
+  EXPECT_FALSE(bad);
+  const auto text = captured.str();
+  EXPECT_NE(text.find("rank 2 of 4 (local 0) from Open MPI; store 127.0.0.1:29500"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("PMI_RANK='x'"), std::string::npos) << text;
 }
 
 }  // namespace
