@@ -380,6 +380,18 @@ TEST_F(serial_transport_test, close_cancels_the_parked_read_and_reports_transpor
   EXPECT_EQ(transport_->stats().unplugs, 0u);
 }
 
+TEST_F(serial_transport_test, a_stopping_reactor_ends_the_link_with_transport_closed) {
+  board_ = std::make_unique<pty_board>(link_);
+  open(115200);
+  run_until([] { return false; }, 10ms);
+  reactor_->stop();
+  while (reactor_->run_once(10ms)) {
+  }
+  ASSERT_TRUE(handler_.closed.has_value());
+  EXPECT_EQ(*handler_.closed, errc::transport_closed);
+  EXPECT_FALSE(transport_->is_open());
+}
+
 TEST_F(serial_transport_test, a_full_send_queue_pushes_back_then_reports_writable) {
   board_ = std::make_unique<pty_board>(link_);
   open(115200, serial_transport_config{.send_queue_bytes = 1024});
