@@ -1,16 +1,13 @@
 #include "io/rdma_transport.hpp"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <poll.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 
 #include "io/errc.hpp"
 #include "io/log.hpp"
@@ -89,9 +86,10 @@ result<void> rdma_transport::post_frame(const buffer_slice& payload) {
             slab_mr_->lkey};
   int nsge = 1;
   if (!payload.empty()) {
+    const ibv_mr* mr = region_of(payload.data(), payload.size());
+    if (mr == nullptr) return std::make_error_code(std::errc::bad_address);  // send() copies those
     sge[1] = {reinterpret_cast<std::uintptr_t>(payload.data()),
-              static_cast<std::uint32_t>(payload.size()),
-              region_of(payload.data(), payload.size())->lkey};
+              static_cast<std::uint32_t>(payload.size()), mr->lkey};
     nsge = 2;
   }
   ibv_send_wr wr{};
@@ -251,13 +249,10 @@ void rdma_transport::on_recv(std::uint32_t index, const ibv_wc& wc) {
       handler_.on_frame(header.value(), {block.data() + payload_at, payload_len}, owner);
     }
     // The handler may have kept the payload: then the block is theirs and the slot needs a new one.
-    // Count 1 means only we hold it and nobody can copy it any more; the fence orders our reuse
-    // after the reads of whoever dropped the last other handle (the count is read relaxed).
-    if (block.use_count() > 1) {
-      block = pool_.try_acquire(config_.max_message + recv_offset);
-    } else {
-      std::atomic_thread_fence(std::memory_order_acquire);
-    }
+    // Count 1 means only we hold it and nobody can copy it any more. Whoever dropped the last other
+    // handle did so after reading; the NIC writes the block again only after ibv_post_recv, whose
+    // doorbell is preceded by a device barrier (rdma-core's udma_to_device_barrier).
+    if (block.use_count() > 1) block = pool_.try_acquire(config_.max_message + recv_offset);
   }
   if (state_ != state::open) return;
   if (!recv_blocks_[index]) {
