@@ -74,7 +74,7 @@ result<void> tcp_transport::send(const wire::frame_header& header, buffer_slice 
   auto e = reserve(header, payload.bytes(), 0);
   if (!e) return e.error();
   e.value()->payload = std::move(payload);
-  flush();
+  flush_direct();
   return outcome::success();
 }
 
@@ -83,13 +83,32 @@ result<void> tcp_transport::send_copy(const wire::frame_header& header,
   if (payload.size() > options_.copy_bytes) return std::make_error_code(std::errc::message_size);
   auto e = reserve(header, payload, payload.size());
   if (!e) return e.error();
-  flush();
+  flush_direct();
   return outcome::success();
 }
 
-void tcp_transport::flush() {
+void tcp_transport::flush_direct() {
+  // Inside a receive dispatch the flush waits for the end of the batch (on_recv), so that every
+  // reply produced by the batch leaves in one send.
+  if (callbacks_running_ > 0 || !options_.direct_send) {
+    if (callbacks_running_ == 0) flush();
+    return;
+  }
   if (send_op_.in_flight() || count_ == 0 || state_ != state::open) return;
-  // Everything queued, from where the last partial send stopped, in one sendmsg.
+  build_iovecs();
+  const auto n = ::sendmsg(fd_, &msg_, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n > 0) {
+    advance(static_cast<std::size_t>(n));
+  } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    // Reported like a failed io_uring send; the recv's cancellation completes the close.
+    fail(error_from_errno(-errno));
+    return;
+  }
+  flush();  // what the socket did not take, through the ring
+}
+
+void tcp_transport::build_iovecs() noexcept {
+  // Everything queued, from where the last partial send stopped.
   std::size_t n = 0;
   std::size_t skip = head_offset_;
   for (std::size_t i = 0, idx = head_; i < count_ && n + 2 <= iov_.size(); ++i) {
@@ -104,14 +123,20 @@ void tcp_transport::flush() {
     skip = 0;
     idx = idx + 1 == ring_.size() ? 0 : idx + 1;
   }
+  msg_.msg_iov = iov_.data();
+  msg_.msg_iovlen = n;
+}
+
+void tcp_transport::flush() {
+  if (send_op_.in_flight() || count_ == 0 || state_ != state::open) return;
+  build_iovecs();
+  const std::size_t n = msg_.msg_iovlen;
   if (n == 1) {
     // One contiguous run (a small frame, or the tail of one): a plain SEND skips the kernel's
     // msghdr copy-in.
     reactor_.send(send_op_, fd_, {static_cast<const std::byte*>(iov_[0].iov_base), iov_[0].iov_len});
     return;
   }
-  msg_.msg_iov = iov_.data();
-  msg_.msg_iovlen = n;
   reactor_.sendmsg(send_op_, fd_, &msg_);
 }
 
@@ -157,6 +182,7 @@ void tcp_transport::on_send(int res, std::uint32_t flags) {
     ++callbacks_running_;
     handler_.on_writable();
     --callbacks_running_;
+    flush();  // what the handler queued (sends from callbacks wait for the callback's end)
   }
   maybe_finish();
 }
@@ -201,7 +227,10 @@ void tcp_transport::on_recv(int res, std::uint32_t) {
     handler_.on_frame(frame.header, frame.payload, no_owner_);
   }
   --callbacks_running_;
-  if (state_ == state::open) arm_recv();
+  if (state_ == state::open) {
+    flush_direct();  // the replies of the whole batch at once
+    if (state_ == state::open) arm_recv();
+  }
   maybe_finish();
 }
 

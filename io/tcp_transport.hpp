@@ -45,6 +45,12 @@ struct tcp_transport_options {
   std::size_t copy_bytes = 512;
   /// iovecs in one sendmsg (two per frame); the rest waits for the next send. <= IOV_MAX.
   std::size_t max_iovecs = 128;
+  /// When nothing is in flight, first try a non-blocking sendmsg(2) right away and hand only what
+  /// the socket did not take to io_uring. A ping-pong otherwise pays a second io_uring_enter per
+  /// message: the wait returns on the send's own CQE before the reply's (measured with strace:
+  /// 2 enters per hop without, 1 with). Frames sent from on_frame are still coalesced: the
+  /// attempt happens once, after the received batch has been dispatched.
+  bool direct_send = true;
   /// Frame bounds and receive buffer size (receive_buffer_bytes; 0 = one largest frame).
   wire::decoder_limits limits = default_limits();
 
@@ -112,6 +118,8 @@ class tcp_transport final : public transport {
   result<entry*> reserve(const wire::frame_header& header, std::span<const std::byte> payload,
                          std::size_t copy_len);
   void flush();
+  void flush_direct();
+  void build_iovecs() noexcept;
   void advance(std::size_t n) noexcept;
   void arm_recv();
   void on_send(int res, std::uint32_t flags);

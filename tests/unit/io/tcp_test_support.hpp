@@ -42,6 +42,17 @@ inline constexpr bool sanitized = false;
 #else
 inline constexpr bool sanitized = false;
 #endif
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool thread_sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool thread_sanitized = true;
+#else
+inline constexpr bool thread_sanitized = false;
+#endif
+#else
+inline constexpr bool thread_sanitized = false;
+#endif
 #ifdef NDEBUG
 inline constexpr bool optimized = !sanitized;
 #else

@@ -1,6 +1,6 @@
 // io/tcp_transport: framing over real loopback sockets, partial sends and receives, typed end
-// reasons, backpressure. Volumes: the stream test moves 1 GiB in optimized builds and 256 MiB
-// under sanitizers (ASan/TSan), to keep CI on 2 cores well under a minute.
+// reasons, backpressure. Volumes: the stream test moves 1 GiB in optimized builds, 256 MiB in
+// debug and ASan builds and 64 MiB under TSan (~15x slower), to keep CI on 2 cores under a minute.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -81,11 +81,12 @@ TEST(tcp_transport, echoes_frames_written_and_read_in_random_splits) {
   tcp_transport_options opts;
   opts.copy_bytes = 4096;
   server srv{rt.get(), opts};
-  const auto port = rt.run([&] { return srv.start(rt.get()); });
+  // Hooks are set before the server starts: the reactor thread reads them from then on.
   srv.handler.frame_fn = [&](const wire::frame_header& h, std::span<const std::byte> p) {
     auto r = srv.transport->send_copy(h, p);  // echo
     EXPECT_TRUE(r) << r.error().message();
   };
+  const auto port = rt.run([&] { return srv.start(rt.get()); });
 
   // The whole stream, encoded up front, then written in random chunks with random pauses.
   std::mt19937 rng{12345};
@@ -156,7 +157,9 @@ TEST(tcp_transport, echoes_frames_written_and_read_in_random_splits) {
 // are slices of pooled blocks at odd offsets and lengths; the receiver's CRC32C over everything it
 // got must equal the sender's over everything it sent.
 TEST(tcp_transport, streams_a_gibibyte_with_equal_checksums) {
-  const std::uint64_t total = test::optimized ? (std::uint64_t{1} << 30) : (std::uint64_t{256} << 20);
+  const std::uint64_t total = test::optimized       ? (std::uint64_t{1} << 30)
+                              : test::thread_sanitized ? (std::uint64_t{64} << 20)
+                                                       : (std::uint64_t{256} << 20);
   reactor_thread rt;
   server srv{rt.get()};
   buffer_pool pool{buffer_pool_config{{{1u << 20, 8}}, true}};
@@ -298,6 +301,16 @@ TEST(tcp_transport, refuses_sends_after_close_with_transport_closed) {
 TEST(tcp_transport, reports_a_typed_error_when_the_peer_process_is_killed_mid_stream) {
   reactor_thread rt;
   server srv{rt.get()};
+  std::promise<void> streaming;
+  bool streaming_set = false;
+  const auto small = test::payload_for(8, 500);
+  srv.handler.frame_fn = [&](const wire::frame_header&, std::span<const std::byte>) {
+    (void)srv.transport->send_copy(test::data_header(8, small.size()), small);  // full is fine
+    if (!streaming_set && srv.handler.bytes >= (4u << 20)) {
+      streaming_set = true;
+      streaming.set_value();
+    }
+  };
   const auto port = rt.run([&] { return srv.start(rt.get()); });
 
   std::vector<std::byte> frame;
@@ -314,16 +327,6 @@ TEST(tcp_transport, reports_a_typed_error_when_the_peer_process_is_killed_mid_st
       if (!test::write_all(fd, frame)) ::_exit(2);
   }
 
-  std::promise<void> streaming;
-  bool streaming_set = false;
-  const auto small = test::payload_for(8, 500);
-  srv.handler.frame_fn = [&](const wire::frame_header&, std::span<const std::byte>) {
-    (void)srv.transport->send_copy(test::data_header(8, small.size()), small);  // full is fine
-    if (!streaming_set && srv.handler.bytes >= (4u << 20)) {
-      streaming_set = true;
-      streaming.set_value();
-    }
-  };
   auto streaming_fut = streaming.get_future();
   test::wait_or_fail(streaming_fut);
   ::kill(child, SIGKILL);
