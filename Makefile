@@ -2,9 +2,10 @@
 SHELL := /bin/bash
 FUZZ_SECONDS ?= 60
 
-.PHONY: help deps test tsan release bench fuzz fuzz-replay format clean
+.PHONY: help demo deps test tsan release bench fuzz fuzz-replay format clean
 
 help:
+	@echo "make demo         build release; two processes exchange frames over vessel's TCP and shm"
 	@echo "make test         install missing packages, build the dev preset (ASan+UBSan), run ctest"
 	@echo "make tsan         build the tsan preset and run the tests labelled 'concurrency'"
 	@echo "make release      build the release preset (binaries in build/bin)"
@@ -15,6 +16,14 @@ help:
 
 deps:
 	@scripts/setup-deps
+
+# Until the launcher lands (issue 6: a 4-rank topology), the demo is what stands: two processes on
+# this host ping-pong and stream through vessel's io_uring TCP and shared-memory transports,
+# beside a plain-socket and a memcpy peer measured in the same run.
+demo: release
+	@mkdir -p build/bench
+	build/bin/vessel-bench transport --transport all --csv build/bench/demo-transport.csv
+	@echo "CSV: build/bench/demo-transport.csv"
 
 test: deps
 	cmake --preset dev

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh BUILD_DIR — runs every Google Benchmark program (BUILD_DIR/bin/bench_*) with repetitions,
 # then writes BUILD_DIR/bench/micro.csv (medians, each beside its same-run peer) and one PNG plot
-# per program. vessel-bench modes (transport, p2p, coll) add their own CSVs here as they land.
+# per program; then vessel-bench's modes (each writes its CSV, plotted here too).
 set -euo pipefail
 build=${1:-build}
 out="$build/bench"
@@ -17,5 +17,7 @@ for program in "${programs[@]}"; do
     --benchmark_report_aggregates_only=true \
     --benchmark_out="$out/$name.json" --benchmark_out_format=json
 done
-python3 "$here/summarize.py" "$out" "$out"/bench_*.json
-echo "wrote $out/micro.csv and $out/*.png"
+echo "== vessel-bench transport (tcp and shm between 2 processes)"
+"$build/bin/vessel-bench" transport --transport all --csv "$out/transport.csv"
+python3 "$here/summarize.py" "$out" "$out"/bench_*.json "$out"/transport.csv
+echo "wrote $out/*.csv and $out/*.png"

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Turns Google Benchmark JSON (with repetitions) into vessel's benchmark CSV and PNG plots.
+"""Turns Google Benchmark JSON (with repetitions) into vessel's benchmark CSV, and plots it and the
+CSVs vessel-bench writes (one PNG per bench and metric: vessel and its peer against size).
 
 Rows use the columns of every vessel benchmark CSV:
   bench,transport,ranks,size_bytes,metric,unit,vessel,peer,peer_value,advantage
@@ -91,10 +92,46 @@ def plot(out_dir, program, rows):
         print(f"summarize: no plot for {program}: {e}", file=sys.stderr)
 
 
+def plot_vessel_bench(out_dir, csv_path):
+    """One PNG per (bench, metric) of a vessel-bench CSV: a line per (transport, vessel or peer)."""
+    groups = defaultdict(lambda: defaultdict(list))
+    with open(csv_path) as f:
+        for r in csv.DictReader(f):
+            key = (r["bench"], r["metric"], r["unit"])
+            size = int(r["size_bytes"])
+            groups[key][f"{r['transport']} vessel"].append((size, float(r["vessel"])))
+            groups[key][f"{r['transport']} {r['peer']}"].append((size, float(r["peer_value"])))
+    for (bench, metric, unit), series in groups.items():
+        name = f"{os.path.splitext(os.path.basename(csv_path))[0]}_{bench}_{metric}"
+        data_path = os.path.join(out_dir, f"{name}.dat")
+        with open(data_path, "w") as f:
+            for label, points in series.items():
+                f.write(f'"{label}"\n')
+                for size, value in sorted(set(points)):
+                    f.write(f"{size} {value}\n")
+                f.write("\n\n")
+        log_y = "set logscale y\n" if unit == "us" else ""
+        script = (
+            "set terminal pngcairo size 900,540 noenhanced\n"
+            f"set output '{os.path.join(out_dir, name + '.png')}'\n"
+            f"set title '{bench} {metric} (median; peer measured in the same run)'\n"
+            f"set logscale x 2\n{log_y}set xlabel 'bytes'\nset ylabel '{unit}'\nset grid\n"
+            "set key left top\n"
+            f"plot for [i=0:{len(series) - 1}] '{data_path}' index i using 1:2 "
+            "with linespoints title columnheader(1)\n")
+        try:
+            subprocess.run(["gnuplot"], input=script, text=True, check=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            print(f"summarize: no plot for {name}: {e}", file=sys.stderr)
+
+
 def main():
     out_dir, paths = sys.argv[1], sys.argv[2:]
     all_rows = []
     for path in paths:
+        if path.endswith(".csv"):
+            plot_vessel_bench(out_dir, path)
+            continue
         program = os.path.splitext(os.path.basename(path))[0]
         rows = medians(path)
         all_rows += csv_rows(program, rows)
