@@ -5,7 +5,8 @@
 // send_copy, the copied payload right after it) plus a buffer_slice of the payload. One send is
 // in flight per socket (DEPENDENCIES.md §2: SQEs on one stream socket are not ordered); whatever
 // is queued meanwhile goes out in ONE sendmsg of iovecs when it completes, and a partial send is
-// resumed from the byte where it stopped. The queue is bounded in bytes: send() refuses with
+// resumed from the byte where it stopped. On an idle socket one non-blocking sendmsg(2) goes
+// first and only the rest is handed to the ring (direct_send). The queue is bounded in bytes: send() refuses with
 // errc::send_queue_full and on_writable() follows once the queue drains below the low watermark.
 //
 // Receive side: recv straight into the stream_decoder's free tail (prepare/commit), then every
@@ -77,7 +78,10 @@ class tcp_transport final : public transport {
   /// Arms the first receive. Reactor thread; once.
   void start();
 
+  /// Queues the frame (see transport::send); on an idle socket it is written at once (direct_send).
   result<void> send(const wire::frame_header& header, buffer_slice payload) override;
+  /// As send(), the payload copied into the entry right after its header: at most copy_bytes,
+  /// else std::errc::message_size.
   result<void> send_copy(const wire::frame_header& header,
                          std::span<const std::byte> payload) override;
   std::size_t queued_bytes() const noexcept override { return queued_bytes_; }
