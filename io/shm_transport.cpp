@@ -34,6 +34,15 @@ constexpr std::uint64_t record_prefix = 8;
 // Frames delivered per receive turn before the reactor gets to run its other work.
 constexpr std::size_t drain_batch = 256;
 
+// How often a sleeping receiver re-checks its ring without being woken. A safety net: in bench
+// runs on a loaded 2-core VM a receiver was seen asleep with a frame pending and no eventfd write
+// (cause not yet found; watchdog_recoveries counts it). 10 ms bounds such a stall at ~100 cheap
+// timer wake-ups per second per link, which an idle link can afford.
+constexpr auto watchdog_period = std::chrono::milliseconds{10};
+
+// A sleep shorter than this means the link is busy: restore the full spin budget on waking.
+constexpr auto busy_sleep_threshold = std::chrono::milliseconds{1};
+
 constexpr std::uint64_t align_up(std::uint64_t n, std::uint64_t a) noexcept {
   return (n + a - 1) & ~(a - 1);
 }
@@ -92,7 +101,26 @@ void shm_transport::start() {
   state_ = state::open;
   arm_wake();
   reactor_.poll_add(peer_op_, channel_.socket.get(), POLLIN | POLLRDHUP);
+  arm_watchdog();
   receive_loop();
+}
+
+void shm_transport::arm_watchdog() {
+  watchdog_ = reactor_.add_timer(watchdog_period, [this] { on_watchdog(); });
+  watchdog_armed_ = true;
+}
+
+void shm_transport::on_watchdog() {
+  watchdog_armed_ = false;
+  if (state_ != state::open) return;
+  if (sleeping_ && !in_receive_ && !continuation_pending_ &&
+      (rx_ring_.refresh() != 0 || (want_writable_ && has_room()))) {
+    ++shm_stats_.watchdog_recoveries;
+    sleeping_ = false;
+    rx_ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
+    receive_loop();
+  }
+  if (state_ == state::open) arm_watchdog();
 }
 
 // -- Sending -----------------------------------------------------------------------------------
@@ -141,6 +169,11 @@ result<void> shm_transport::send_copy(const wire::frame_header& header,
       want_writable_ = true;
       refused_ring_bytes_ = rec_len + record_prefix;
       refused_area_bytes_ = area_len;
+      // Run the receive loop soon: its spin also watches for room, which (on a busy link) comes
+      // back sooner than the peer's eventfd wake-up would.
+      if (!in_receive_ && !continuation_pending_) {
+        continuation_pending_ = reactor_.post(work_item{&shm_transport::continue_receive, this});
+      }
       return errc::send_queue_full;
     }
   }
@@ -207,18 +240,18 @@ void shm_transport::notify_peer() noexcept {
   ++shm_stats_.wakeups_sent;
 }
 
+bool shm_transport::has_room() const noexcept {
+  return tx_ring_.capacity() - tx_ring_.in_use() >= refused_ring_bytes_ &&
+         tx_area_.capacity() - tx_area_.in_use() >= refused_area_bytes_;
+}
+
 void shm_transport::check_writable() {
   if (!want_writable_ || state_ != state::open) return;
-  const bool room = tx_ring_.capacity() - tx_ring_.in_use() >= refused_ring_bytes_ &&
-                    tx_area_.capacity() - tx_area_.in_use() >= refused_area_bytes_;
-  if (!room) {
+  if (!has_room()) {
     // Still full: re-announce that we wait (the peer cleared the flag when it woke us).
     tx_ctl_->producer_waiting.store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!(tx_ring_.capacity() - tx_ring_.in_use() >= refused_ring_bytes_ &&
-          tx_area_.capacity() - tx_area_.in_use() >= refused_area_bytes_)) {
-      return;
-    }
+    if (!has_room()) return;
   }
   want_writable_ = false;
   handler_.on_writable();
@@ -243,9 +276,11 @@ void shm_transport::on_wake(int res) {
   ++shm_stats_.wakeups_received;
   if (sleeping_) {
     sleeping_ = false;
-    // Woken sooner than a full spin would have lasted: spinning would have caught this frame
-    // without the syscalls, so spin fully again (the "adaptive" half of the idle strategy).
-    if (std::chrono::steady_clock::now() - slept_at_ < config_.max_spin) {
+    // Woken soon after going to sleep: the link is busy, and the sleep only happened because
+    // the peer was itself asleep (each eventfd hop costs tens of µs on a loaded 2-core VM). Spin
+    // fully again, so that both sides end up spinning and the eventfd drops out of the path.
+    // A link idle for longer keeps its decayed budget (the "adaptive" half of the strategy).
+    if (std::chrono::steady_clock::now() - slept_at_ < busy_sleep_threshold) {
       spin_budget_ = config_.max_spin;
     }
   }
@@ -292,7 +327,7 @@ bool shm_transport::spin_for_frames() {
   const auto deadline = std::chrono::steady_clock::now() + spin_budget_;
   do {
     for (int i = 0; i < 32; ++i) {
-      if (rx_ring_.refresh() != 0) {
+      if (rx_ring_.refresh() != 0 || (want_writable_ && has_room())) {
         ++shm_stats_.spin_hits;
         spin_budget_ = config_.max_spin;
         return true;
@@ -447,6 +482,8 @@ void shm_transport::begin_close(std::error_code why) {
   // Tell the peer it was an orderly end before it sees EOF; shutdown() makes the EOF immediate
   // even where another process still holds a copy of our socket (fork).
   tx_ctl_->producer_closed.store(1, std::memory_order_release);
+  if (watchdog_armed_) reactor_.cancel_timer(watchdog_);
+  watchdog_armed_ = false;
   ::shutdown(channel_.socket.get(), SHUT_RDWR);
   reactor_.cancel(wake_op_);
   reactor_.cancel(peer_op_);

@@ -39,6 +39,9 @@ struct shm_stats {
   std::uint64_t sleeps = 0;            ///< times the receiver went to sleep on its eventfd
   std::uint64_t wakeups_sent = 0;      ///< eventfd writes to the peer (data or room)
   std::uint64_t wakeups_received = 0;  ///< eventfd READ completions
+  /// Times the watchdog found frames (or room) while the receiver slept: each one is a wake-up
+  /// the eventfd protocol failed to deliver (see shm_transport.cpp). Should stay 0.
+  std::uint64_t watchdog_recoveries = 0;
 };
 
 /// A transport over a shared-memory channel. Reactor thread only, except construction.
@@ -94,12 +97,15 @@ class shm_transport final : public transport {
   std::size_t drain(std::size_t budget);
   bool spin_for_frames();
   bool try_sleep();
+  bool has_room() const noexcept;
   void check_writable();
   void wake_peer_consumer();
   void wake_peer_producer();
   void notify_peer() noexcept;
   void begin_close(std::error_code why);
   void maybe_finish();
+  void arm_watchdog();
+  void on_watchdog();
   void fail(std::error_code why);
 
   reactor& reactor_;
@@ -130,6 +136,8 @@ class shm_transport final : public transport {
   std::chrono::nanoseconds spin_budget_;
   std::chrono::steady_clock::time_point slept_at_{};
   bool sleeping_ = false;
+  timer_id watchdog_ = 0;
+  bool watchdog_armed_ = false;
 
   transport_stats stats_;
   shm_stats shm_stats_;

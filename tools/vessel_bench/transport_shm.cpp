@@ -312,10 +312,12 @@ void initiate(const shm_plan& p, io::shm_channel ch, const bench_options& opts, 
   }
   if (opts.verbose) {
     const auto& c = v.counters();
-    std::fprintf(stderr, "shm initiator: spin hits %llu, sleeps %llu, wake-ups sent %llu\n",
+    std::fprintf(stderr,
+                 "shm initiator: spin hits %llu, sleeps %llu, wake-ups sent %llu, watchdog %llu\n",
                  static_cast<unsigned long long>(c.spin_hits),
                  static_cast<unsigned long long>(c.sleeps),
-                 static_cast<unsigned long long>(c.wakeups_sent));
+                 static_cast<unsigned long long>(c.wakeups_sent),
+                 static_cast<unsigned long long>(c.watchdog_recoveries));
   }
 }
 
