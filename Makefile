@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 FUZZ_SECONDS ?= 60
 
-.PHONY: help demo deps test tsan release bench fuzz fuzz-replay format clean
+.PHONY: help demo deps test tsan release bench fuzz fuzz-replay format clean board
 
 help:
 	@echo "make demo         build release; two processes exchange frames over vessel's TCP and shm"
@@ -13,6 +13,7 @@ help:
 	@echo "make fuzz         run every libFuzzer target for FUZZ_SECONDS (default $(FUZZ_SECONDS)) each"
 	@echo "make fuzz-replay  replay the seed corpus through every fuzz target (what CI does)"
 	@echo "make format       clang-format every C/C++ source in place"
+	@echo "make board        cross-compile the C99 board library and the STM32F103 example (sizes)"
 
 deps:
 	@scripts/setup-deps
@@ -51,6 +52,10 @@ fuzz-replay: deps
 	cmake --preset fuzz
 	cmake --build --preset fuzz --target fuzzers
 	tests/fuzz/run.sh build/fuzz 0
+
+# The board-side C99 library for Cortex-M3 and the STM32F103C8T6 example firmware (build/board).
+board: deps
+	scripts/cross-board build/board
 
 format:
 	git ls-files '*.cpp' '*.hpp' '*.c' '*.h' | xargs clang-format -i
