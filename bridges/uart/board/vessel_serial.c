@@ -181,7 +181,7 @@ void vsl_poll(vsl_ctx *ctx, uint32_t now_ms) {
     }
   }
   if (vsl_parser_poll(&ctx->parser, now_ms) != 0u) drain_parser(ctx);
-  ctx->stats.rx_overruns_seen = ctx->cfg.rx->overruns;
+  ctx->stats.rx_overruns_seen = VSL_LOAD_ACQUIRE(&ctx->cfg.rx->overruns);
 
   /* Go-back-N: the receiver drops what follows a lost frame, so resend every frame in flight. */
   if (ctx->tx_count != 0u && (int32_t)(now_ms - ctx->rto_deadline_ms) >= 0) {

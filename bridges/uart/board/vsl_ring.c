@@ -17,7 +17,8 @@ bool vsl_ring_push(vsl_ring *ring, uint8_t byte) {
   const uint32_t head = ring->head; /* our own index: no other writer */
   const uint32_t tail = VSL_LOAD_ACQUIRE(&ring->tail);
   if (head - tail > ring->mask) {
-    ++ring->overruns;
+    /* Atomic store: the consumer may read the counter (vsl_poll copies it into its stats). */
+    VSL_STORE_RELEASE(&ring->overruns, ring->overruns + 1u);
     return false;
   }
   ring->buf[head & ring->mask] = byte;
@@ -34,7 +35,7 @@ size_t vsl_ring_push_many(vsl_ring *ring, const uint8_t *bytes, size_t n) {
   const uint32_t first = take < ring->mask + 1u - at ? take : ring->mask + 1u - at;
   if (first != 0u) memcpy(ring->buf + at, bytes, first);
   if (take > first) memcpy(ring->buf, bytes + first, take - first);
-  ring->overruns += (uint32_t)(n - take);
+  if (take != n) VSL_STORE_RELEASE(&ring->overruns, ring->overruns + (uint32_t)(n - take));
   VSL_STORE_RELEASE(&ring->head, head + take);
   return take;
 }

@@ -43,7 +43,8 @@ typedef struct vsl_ring {
   uint32_t mask;     /**< capacity - 1 */
   uint32_t head;     /**< bytes ever pushed (free-running); written by the producer only */
   uint32_t tail;     /**< bytes ever popped (free-running); written by the consumer only */
-  uint32_t overruns; /**< bytes refused because the ring was full; written by the producer only */
+  uint32_t overruns; /**< bytes refused because the ring was full; written by the producer only
+                        (atomically: the consumer may read it with VSL_LOAD_ACQUIRE) */
 } vsl_ring;
 
 /** Sets `ring` over `storage` of `capacity` bytes. False (ring untouched) unless capacity is a
