@@ -66,7 +66,9 @@ io::shm_config shm_bench_config() {
 /// One end of the vessel link: a reactor driven by this thread and an shm_transport.
 class shm_end final : public io::transport_handler {
  public:
-  shm_end(io::shm_channel ch, std::size_t max_bytes) : reactor_{config()}, buf_(max_bytes) {
+  /// `responder`: answer frames from the start (start() may already deliver the first ping).
+  shm_end(io::shm_channel ch, std::size_t max_bytes, bool responder)
+      : reactor_{config()}, buf_(max_bytes), mode_{responder ? mode::serve : mode::idle} {
     if (auto r = reactor_.start(); !r) fail("reactor: " + r.error().message());
     std::memset(buf_.data(), 0x5a, buf_.size());  // touched once, reused by every frame
     transport_ = std::make_unique<io::shm_transport>(reactor_, std::move(ch), *this,
@@ -97,7 +99,6 @@ class shm_end final : public io::transport_handler {
   }
   /// Responder: answers whatever the initiator sends until it closes the link.
   void serve() {
-    mode_ = mode::serve;
     while (!closed_) {
       reactor_.run_once(std::chrono::nanoseconds::max());
       if (!error_.empty()) fail(error_);
@@ -119,7 +120,9 @@ class shm_end final : public io::transport_handler {
       } else if (t == tag_stream_end) {
         reply(0);  // the ack: everything before it has been copied out
       } else {
-        error_ = "unexpected frame";
+        error_ = "unexpected frame: kind " + std::to_string(static_cast<int>(h.kind())) + " tag " +
+                 std::to_string(t) + " seq " + std::to_string(h.seq) + " len " +
+                 std::to_string(payload.size());
       }
       return;
     }
@@ -213,8 +216,8 @@ class shm_end final : public io::transport_handler {
 
   io::reactor reactor_;
   std::vector<std::byte> buf_;
-  std::unique_ptr<io::shm_transport> transport_;
   mode mode_ = mode::idle;
+  std::unique_ptr<io::shm_transport> transport_;
   std::size_t size_ = 0, iters_ = 0, count_ = 0;
   std::size_t to_send_ = 0;
   bool end_sent_ = false;
@@ -269,12 +272,12 @@ struct shm_plan {
 };
 
 void respond(const shm_plan& p, io::shm_channel ch) {
-  shm_end v{std::move(ch), p.max_size()};
+  shm_end v{std::move(ch), p.max_size(), true};
   v.serve();
 }
 
 void initiate(const shm_plan& p, io::shm_channel ch, const bench_options& opts, report& out) {
-  shm_end v{std::move(ch), p.max_size()};
+  shm_end v{std::move(ch), p.max_size(), false};
   memcpy_peer m{p.max_size()};
   const auto add = [&](const char* bench, std::size_t size, const char* metric,
                        std::vector<double>& mine, std::vector<double>& theirs) {
