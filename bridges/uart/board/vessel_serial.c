@@ -32,6 +32,20 @@ static uint32_t rto_of_oldest(const vsl_ctx *ctx) {
   return vsl_rto_ms(ctx->cfg.baud, ctx->cfg.bits_per_char, ctx->slot[ctx->tx_first].len);
 }
 
+/* A SYN outside the window: seq = base - 1, so that a receiver without state expects base. */
+static void send_resync(vsl_ctx *ctx) {
+  uint8_t frame[VSL_FRAME_OVERHEAD + VSL_HEADER_BYTES + 1u];
+  frame[4] = ctx->cfg.session;
+  (void)frame_link_payload(frame, sizeof frame, header(VSL_TYPE_SYN, (uint32_t)ctx->tx_base - 1u), 1);
+  ctx->cfg.write(ctx->cfg.user, frame, sizeof frame);
+}
+
+static void send_syn_request(vsl_ctx *ctx) {
+  uint8_t frame[VSL_FRAME_OVERHEAD + VSL_HEADER_BYTES];
+  (void)frame_link_payload(frame, sizeof frame, header(VSL_TYPE_SYN, 0), 0);
+  ctx->cfg.write(ctx->cfg.user, frame, sizeof frame);
+}
+
 static void send_ack(vsl_ctx *ctx) {
   uint8_t frame[VSL_ACK_FRAME_BYTES];
   (void)frame_link_payload(frame, sizeof frame, header(VSL_TYPE_ACK, ctx->rx_expected), 0);
@@ -89,11 +103,14 @@ vsl_status vsl_send_unreliable(vsl_ctx *ctx, const uint8_t *payload, size_t n) {
 /* Cumulative ack: `next` is the seq the peer expects, so every frame before it is delivered. */
 static void on_ack(vsl_ctx *ctx, uint32_t next) {
   const uint32_t acked = (next - ctx->tx_base) & SEQ_MASK;
-  if (acked == 0u) return; /* nothing new: a re-ack of a duplicate, or an ack crossing a resend */
   if (acked > ctx->tx_count) {
     ++ctx->stats.bad_header; /* acks a frame never sent: a stale ack of an earlier session */
     return;
   }
+  /* Any ack in range comes from a synced receiver: a resync SYN has been taken. */
+  ctx->resync_pending = false;
+  if (acked == 0u) return; /* nothing new: a re-ack of a duplicate, or an ack crossing a resend */
+  ctx->syn_acked = true;   /* the oldest frame, so the SYN of vsl_init first */
   ctx->tx_first = (uint8_t)((ctx->tx_first + acked) % VSL_WINDOW);
   ctx->tx_count = (uint8_t)(ctx->tx_count - acked);
   ctx->tx_base = (uint8_t)(next & SEQ_MASK);
@@ -123,6 +140,16 @@ static void on_frame(vsl_ctx *ctx, const uint8_t *p, size_t n) {
       on_ack(ctx, seq);
       return;
     case VSL_TYPE_SYN:
+      if (n == 2u) {
+        /* The peer's receiver has no state (it restarted): tell it where our stream stands. While
+         * the SYN of vsl_init is unacked it is still being resent, and says the same. */
+        if (ctx->syn_acked) {
+          ++ctx->stats.syn_requests;
+          ctx->resync_pending = true;
+          send_resync(ctx);
+        }
+        return;
+      }
       if (n != 3u) {
         ++ctx->stats.bad_header;
         return;
@@ -141,7 +168,9 @@ static void on_frame(vsl_ctx *ctx, const uint8_t *p, size_t n) {
       break;
   }
   if (!ctx->rx_synced) {
-    ++ctx->stats.unsynced_drops; /* its SYN was lost: it comes again first (go-back-N) */
+    /* Its SYN was lost (it comes again first, go-back-N), or we restarted: ask for a SYN. */
+    ++ctx->stats.unsynced_drops;
+    send_syn_request(ctx);
     return;
   }
   {
@@ -187,6 +216,7 @@ void vsl_poll(vsl_ctx *ctx, uint32_t now_ms) {
   if (ctx->tx_count != 0u && (int32_t)(now_ms - ctx->rto_deadline_ms) >= 0) {
     uint32_t i;
     ++ctx->stats.timeouts;
+    if (ctx->resync_pending) send_resync(ctx);
     for (i = 0; i < ctx->tx_count; ++i) {
       const vsl_tx_slot *slot = &ctx->slot[(ctx->tx_first + i) % VSL_WINDOW];
       ctx->cfg.write(ctx->cfg.user, slot->bytes, slot->len);

@@ -31,7 +31,8 @@ extern "C" {
 #define VSL_TYPE_UNRELIABLE 0u /**< datagram: delivered as is, never acked, seq 0 */
 #define VSL_TYPE_DATA 1u       /**< reliable data, seq = its sequence number */
 #define VSL_TYPE_ACK 2u        /**< cumulative ack, seq = next sequence number expected */
-#define VSL_TYPE_SYN 3u        /**< a sender's stream starts: seq, then 1 byte of session id */
+#define VSL_TYPE_SYN 3u        /**< a sender's stream starts: seq, then 1 byte of session id;
+                                    with no body: a SYN request from a receiver without state */
 #define VSL_SEQ_MOD 64u
 #define VSL_HEADER_BYTES 2u
 /** Largest payload of vsl_send / vsl_send_unreliable: a frame payload less the header. */
@@ -75,7 +76,8 @@ typedef struct vsl_stats {
   uint32_t delivered_unreliable;
   uint32_t duplicates;     /**< DATA/SYN seen before: dropped and acked again */
   uint32_t out_of_order;   /**< DATA after a gap: dropped, acked with what is expected */
-  uint32_t unsynced_drops; /**< DATA before any SYN of the peer: dropped */
+  uint32_t unsynced_drops; /**< DATA before any SYN of the peer: dropped, a SYN request sent */
+  uint32_t syn_requests;   /**< SYN requests of the peer answered with a SYN */
   uint32_t acks_sent;
   uint32_t bad_header; /**< payloads under 2 bytes, SYN without session, acks of unsent frames */
   uint32_t bad_check;  /**< link check failed: a bogus frame the frame CRC let through, dropped */
@@ -103,6 +105,8 @@ typedef struct vsl_ctx {
   uint8_t rx_expected;          /**< seq of the next DATA to deliver */
   uint8_t rx_session;           /**< session of the peer's stream */
   bool rx_synced;               /**< a SYN of the peer was seen */
+  bool syn_acked;               /**< the SYN of vsl_init was acked */
+  bool resync_pending;          /**< a SYN answering a SYN request awaits an ack */
 } vsl_ctx;
 
 /** Retransmit timeout for a frame of `frame_bytes` bytes, in ms:

@@ -2,6 +2,7 @@
 // formula, duplicate and out-of-order handling, and two board contexts over a simulated lossy line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -156,7 +157,7 @@ TEST(board_reliable, duplicates_are_dropped_and_acked_again_and_gaps_are_not_del
   endpoint b;
   setup(b, 9);
   b.written.clear();
-  push_all(b, link_frame(VSL_TYPE_DATA, 1, {0x55}));  // before any SYN: dropped, no ack
+  push_all(b, link_frame(VSL_TYPE_DATA, 1, {0x55}));  // before any SYN: dropped, a SYN request sent
   push_all(b, link_frame(VSL_TYPE_SYN, 0, {7}));      // peer's session 7 starts: expect 1
   push_all(b, link_frame(VSL_TYPE_DATA, 1, {0x11}));
   push_all(b, link_frame(VSL_TYPE_DATA, 1, {0x11}));  // its ack was lost: a duplicate
@@ -175,8 +176,9 @@ TEST(board_reliable, duplicates_are_dropped_and_acked_again_and_gaps_are_not_del
   EXPECT_EQ(b.ctx.stats.duplicates, 2u);
   EXPECT_EQ(b.ctx.stats.out_of_order, 1u);
   EXPECT_EQ(b.ctx.stats.bad_check, 1u);
-  // Acks, in order: SYN -> 1, DATA1 -> 2, dup DATA1 -> 2, dup SYN -> 2, DATA3 -> 2, DATA2 -> 3.
-  bytes acks;
+  // A SYN request, then acks in order: SYN -> 1, DATA1 -> 2, dup DATA1 -> 2, dup SYN -> 2, DATA3 -> 2,
+  // DATA2 -> 3.
+  bytes acks = link_frame(VSL_TYPE_SYN, 0);
   for (std::uint8_t next : {1, 2, 2, 2, 2, 3}) {
     const bytes f = link_frame(VSL_TYPE_ACK, next);
     acks.insert(acks.end(), f.begin(), f.end());
@@ -189,6 +191,42 @@ TEST(board_reliable, duplicates_are_dropped_and_acked_again_and_gaps_are_not_del
   vsl_poll(&b.ctx, 2);
   EXPECT_EQ(b.got_reliable.back(), bytes{0x44});
   EXPECT_EQ(b.ctx.stats.delivered_reliable, 3u);
+}
+
+TEST(board_reliable, a_receiver_that_restarts_mid_stream_asks_for_a_syn_and_gets_every_later_payload) {
+  // The host bridge reopening the port while the board runs: the restarted receiver has no state,
+  // answers the peer's DATA with a SYN request, and the peer's SYN (seq = base - 1) resumes the
+  // stream where the window stands. What was in flight at the restart may come twice (the old
+  // receiver's deliveries are gone with it); everything sent after it comes once, in order.
+  now_us = 0;
+  endpoint a, b;
+  a.peer = &b, b.peer = &a;
+  setup(a, 0x31);
+  setup(b, 0x41);
+  std::vector<bytes> to_b;
+  for (int i = 0; i < 100; ++i) to_b.push_back(bytes(1 + i % 50, static_cast<std::uint8_t>(i)));
+  std::size_t next = 0, sent_at_restart = 0;
+  bool restarted = false;
+  for (int ms = 0; ms < 60'000 && (next < to_b.size() || a.ctx.tx_count != 0); ++ms) {
+    while (next < to_b.size() && vsl_send(&a.ctx, to_b[next].data(), to_b[next].size()) == VSL_OK) ++next;
+    if (!restarted && b.got_reliable.size() == 30) {
+      restarted = true;
+      sent_at_restart = next;
+      b.got_reliable.clear();
+      setup(b, 0x42);  // fresh context and ring: a reboot
+    }
+    step_ms(a, b);
+  }
+  ASSERT_TRUE(restarted);
+  EXPECT_EQ(a.ctx.tx_count, 0u);
+  EXPECT_GE(a.ctx.stats.syn_requests, 1u);
+  ASSERT_FALSE(b.got_reliable.empty());
+  // A contiguous run of to_b that ends with the last payload and starts at most a window before
+  // the first payload sent after the restart.
+  const std::size_t first = to_b.size() - b.got_reliable.size();
+  EXPECT_TRUE(std::equal(b.got_reliable.begin(), b.got_reliable.end(), to_b.begin() + static_cast<long>(first)));
+  EXPECT_LE(first, sent_at_restart);
+  EXPECT_GE(first + VSL_WINDOW, sent_at_restart);
 }
 
 struct lossy_case {
