@@ -34,6 +34,13 @@ class actors_error_category final : public std::error_category {
       case errc::handshake_missing_response: return "peer sent no authentication response";
       case errc::handshake_bad_response: return "peer authentication response does not verify";
       case errc::handshake_unexpected_frame: return "unexpected frame during the handshake";
+      case errc::store_unreachable: return "no key-value store at the address";
+      case errc::store_timeout: return "key-value store operation timed out";
+      case errc::store_key_not_found: return "key not found in the key-value store";
+      case errc::store_limit_exceeded: return "key-value store limit exceeded";
+      case errc::store_not_integer: return "value is not an 8-byte integer";
+      case errc::store_too_many_clients: return "key-value store serves too many clients";
+      case errc::store_connection_lost: return "connection to the key-value store lost";
     }
     return "unknown vessel.actors error";
   }

@@ -33,6 +33,13 @@ enum class errc {
   handshake_missing_response,   ///< the peer sent no response: it has no token.
   handshake_bad_response,       ///< the peer's response does not verify: a wrong token or a replay.
   handshake_unexpected_frame,   ///< a non-hello, duplicate or malformed hello during the handshake.
+  store_unreachable,        ///< no key-value store answered at the address before the deadline.
+  store_timeout,            ///< a store operation (or a wait for keys) ran past its timeout.
+  store_key_not_found,      ///< get without waiting: the key is not in the store.
+  store_limit_exceeded,     ///< a key, value, key count, store size or waiter bound was exceeded.
+  store_not_integer,        ///< add on a key whose value is not an 8-byte integer.
+  store_too_many_clients,   ///< the store already serves its maximum number of clients.
+  store_connection_lost,    ///< the connection to the store ended (or the store refused a request).
 };
 
 const std::error_category& actors_category() noexcept;
