@@ -41,6 +41,16 @@ class actors_error_category final : public std::error_category {
       case errc::store_not_integer: return "value is not an 8-byte integer";
       case errc::store_too_many_clients: return "key-value store serves too many clients";
       case errc::store_connection_lost: return "connection to the key-value store lost";
+      case errc::link_would_block: return "link send queue is full";
+      case errc::link_frame_too_large: return "frame exceeds the link's send bound";
+      case errc::link_not_reliable: return "frame is not a sequenced link frame";
+      case errc::link_ack_beyond_sent: return "peer acknowledged a frame never sent";
+      case errc::link_resume_out_of_range: return "peer resumes from an out-of-range seq";
+      case errc::link_sequence_gap: return "gap in the peer's sequence numbers";
+      case errc::link_credit_exceeded: return "peer sent more bytes than its credit";
+      case errc::link_credit_overflow: return "credit grant overflows the send window";
+      case errc::link_consumed_beyond_received: return "consumed more bytes than received";
+      case errc::link_peer_silent: return "peer silent past its deadline";
     }
     return "unknown vessel.actors error";
   }

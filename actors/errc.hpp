@@ -40,6 +40,18 @@ enum class errc {
   store_not_integer,        ///< add on a key whose value is not an 8-byte integer.
   store_too_many_clients,   ///< the store already serves its maximum number of clients.
   store_connection_lost,    ///< the connection to the store ended (or the store refused a request).
+  link_would_block,         ///< the link's send queue is full (bytes or frames): retry when writable.
+  link_frame_too_large,     ///< a frame larger than the link's whole send bound: it could never fit.
+  link_not_reliable,        ///< a control frame (hello, ack, credit, heartbeat) given to the
+                            ///< sequenced path, or a sequenced frame without a sequence number.
+  link_ack_beyond_sent,     ///< the peer acks a sequence number this side never sent.
+  link_resume_out_of_range, ///< the peer's last-seen seq is past what was sent or before what it
+                            ///< already acked: it is not the peer that received our frames.
+  link_sequence_gap,        ///< a frame skips sequence numbers on an ordered stream: a broken peer.
+  link_credit_exceeded,     ///< the peer sent more payload bytes than it was granted.
+  link_credit_overflow,     ///< a credit grant takes the sender's credit past any real window.
+  link_consumed_beyond_received,  ///< the app reports consuming bytes it never received.
+  link_peer_silent,         ///< nothing heard from the peer within its deadline.
 };
 
 const std::error_category& actors_category() noexcept;
