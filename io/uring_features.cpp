@@ -6,7 +6,7 @@ namespace vessel::io {
 
 uring_features uring_features::all() noexcept {
   uring_features f;
-  f.single_issuer = f.coop_taskrun = f.ext_arg = f.cancel_any = f.multishot_accept = true;
+  f.single_issuer = f.coop_taskrun = f.defer_taskrun = f.ext_arg = f.cancel_any = f.multishot_accept = true;
   f.buffer_ring = f.multishot_recv = f.send_zc = f.sendmsg_zc = true;
   f.registered_buffers = f.registered_files = true;
   return f;
@@ -16,6 +16,7 @@ uring_features operator&(const uring_features& a, const uring_features& b) noexc
   uring_features f;
   f.single_issuer = a.single_issuer && b.single_issuer;
   f.coop_taskrun = a.coop_taskrun && b.coop_taskrun;
+  f.defer_taskrun = a.defer_taskrun && b.defer_taskrun;
   f.ext_arg = a.ext_arg && b.ext_arg;
   f.cancel_any = a.cancel_any && b.cancel_any;
   f.multishot_accept = a.multishot_accept && b.multishot_accept;
@@ -37,6 +38,7 @@ std::string uring_features::to_string() const {
   };
   add("single_issuer", single_issuer);
   add("coop_taskrun", coop_taskrun);
+  add("defer_taskrun", defer_taskrun);
   add("ext_arg", ext_arg);
   add("cancel_any", cancel_any);
   add("multishot_accept", multishot_accept);
@@ -53,6 +55,7 @@ uring_features probe_features(io_uring& ring) {
   uring_features f;
   f.single_issuer = (ring.flags & IORING_SETUP_SINGLE_ISSUER) != 0;
   f.coop_taskrun = (ring.flags & IORING_SETUP_COOP_TASKRUN) != 0;
+  f.defer_taskrun = (ring.flags & IORING_SETUP_DEFER_TASKRUN) != 0;
   f.ext_arg = (ring.features & IORING_FEAT_EXT_ARG) != 0;
 
   io_uring_probe* probe = io_uring_get_probe_ring(&ring);

@@ -13,6 +13,8 @@ namespace vessel::io {
 struct uring_features {
   bool single_issuer = false;     ///< IORING_SETUP_SINGLE_ISSUER (6.0): the kernel skips submit locking.
   bool coop_taskrun = false;      ///< IORING_SETUP_COOP_TASKRUN (5.19): no IPI interrupts the reactor.
+  bool defer_taskrun = false;     ///< IORING_SETUP_DEFER_TASKRUN (6.1): completion work runs only when
+                                  ///< the reactor thread asks for events; needs single_issuer.
   bool ext_arg = false;           ///< IORING_FEAT_EXT_ARG (5.11): a wait takes a timeout without an SQE.
   bool cancel_any = false;        ///< IORING_ASYNC_CANCEL_ANY (5.19): one SQE cancels everything at stop.
   bool multishot_accept = false;  ///< one ACCEPT SQE yields a CQE per connection (5.19).
@@ -32,7 +34,7 @@ struct uring_features {
   friend uring_features operator&(const uring_features& a, const uring_features& b) noexcept;
   friend bool operator==(const uring_features&, const uring_features&) = default;
 
-  /// One line, e.g. "single_issuer=1 coop_taskrun=1 ... registered_files=1".
+  /// One line, e.g. "single_issuer=1 coop_taskrun=1 defer_taskrun=1 ... registered_files=1".
   std::string to_string() const;
 };
 
