@@ -46,10 +46,10 @@ void reactor::recv(io_op& op, int fd, buffer_ring& ring) {
   io_uring_sqe_set_data(sqe, &op);
 }
 
-void reactor::send(io_op& op, int fd, std::span<const std::byte> buf, int flags) {
+void reactor::send(io_op& op, int fd, std::span<const std::byte> buf, int flags, zero_copy zc) {
   if (refuse_if_stopping(op)) return;
   auto* sqe = prepare(op);
-  if (features_.send_zc && buf.size() >= config_.zero_copy_threshold) {
+  if (zc == zero_copy::when_large && features_.send_zc && buf.size() >= config_.zero_copy_threshold) {
     io_uring_prep_send_zc(sqe, fd, buf.data(), buf.size(), flags, 0);
   } else {
     io_uring_prep_send(sqe, fd, buf.data(), buf.size(), flags);
@@ -57,12 +57,12 @@ void reactor::send(io_op& op, int fd, std::span<const std::byte> buf, int flags)
   io_uring_sqe_set_data(sqe, &op);
 }
 
-void reactor::sendmsg(io_op& op, int fd, const msghdr* msg, int flags) {
+void reactor::sendmsg(io_op& op, int fd, const msghdr* msg, int flags, zero_copy zc) {
   if (refuse_if_stopping(op)) return;
   std::size_t total = 0;
   for (std::size_t i = 0; i < msg->msg_iovlen; ++i) total += msg->msg_iov[i].iov_len;
   auto* sqe = prepare(op);
-  if (features_.sendmsg_zc && total >= config_.zero_copy_threshold) {
+  if (zc == zero_copy::when_large && features_.sendmsg_zc && total >= config_.zero_copy_threshold) {
     io_uring_prep_sendmsg_zc(sqe, fd, msg, static_cast<unsigned>(flags));
   } else {
     io_uring_prep_sendmsg(sqe, fd, msg, static_cast<unsigned>(flags));

@@ -1,5 +1,6 @@
 #include "io/tcp_transport.hpp"
 
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,23 @@ constexpr std::size_t header_room = (wire::prefix_bytes + wire::max_encoded_head
 
 }  // namespace
 
+bool peer_is_loopback(int fd) noexcept {
+  sockaddr_storage peer{};
+  socklen_t len = sizeof peer;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return false;
+  if (peer.ss_family == AF_UNIX) return true;
+  if (peer.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(peer);
+    return (ntohl(a.sin_addr.s_addr) >> 24) == 127;
+  }
+  if (peer.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+  }
+  return false;
+}
+
 tcp_transport::tcp_transport(reactor& r, int fd, transport_handler& handler,
                              tcp_transport_options options)
     : reactor_{r},
@@ -28,6 +46,7 @@ tcp_transport::tcp_transport(reactor& r, int fd, transport_handler& handler,
       low_watermark_{options.low_watermark_bytes != 0 ? options.low_watermark_bytes
                                                       : options.send_queue_bytes / 2},
       slot_bytes_{header_room + ((options.copy_bytes + 7) & ~std::size_t{7})},
+      zero_copy_{peer_is_loopback(fd) ? zero_copy::never : options.send_zero_copy},
       slab_{std::make_unique<std::byte[]>(slot_bytes_ * std::max<std::size_t>(options.send_queue_frames, 1))},
       ring_(std::max<std::size_t>(options.send_queue_frames, 1)),
       iov_(std::max<std::size_t>(options.max_iovecs, 2)),
@@ -134,10 +153,11 @@ void tcp_transport::flush() {
   if (n == 1) {
     // One contiguous run (a small frame, or the tail of one): a plain SEND skips the kernel's
     // msghdr copy-in.
-    reactor_.send(send_op_, fd_, {static_cast<const std::byte*>(iov_[0].iov_base), iov_[0].iov_len});
+    reactor_.send(send_op_, fd_, {static_cast<const std::byte*>(iov_[0].iov_base), iov_[0].iov_len},
+                  MSG_NOSIGNAL, zero_copy_);
     return;
   }
-  reactor_.sendmsg(send_op_, fd_, &msg_);
+  reactor_.sendmsg(send_op_, fd_, &msg_, MSG_NOSIGNAL, zero_copy_);
 }
 
 void tcp_transport::advance(std::size_t n) noexcept {

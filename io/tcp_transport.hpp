@@ -24,13 +24,17 @@
 #include <vector>
 
 #include "io/io_op.hpp"
+#include "io/reactor.hpp"
 #include "io/transport.hpp"
 #include "wire/frame_codec.hpp"
 #include "wire/stream_decoder.hpp"
 
 namespace vessel::io {
 
-class reactor;
+/// True when `fd`'s peer is on this host by construction: AF_UNIX, 127.0.0.0/8, ::1 or
+/// ::ffff:127.0.0.0/104. (A peer reached through one of this host's own non-loopback addresses
+/// also travels over loopback, but telling that needs the interface list: not checked.)
+bool peer_is_loopback(int fd) noexcept;
 
 /// How a tcp_transport is built. Every key with its default.
 struct tcp_transport_options {
@@ -52,6 +56,10 @@ struct tcp_transport_options {
   /// 2 enters per hop without, 1 with). Frames sent from on_frame are still coalesced: the
   /// attempt happens once, after the received batch has been dispatched.
   bool direct_send = true;
+  /// SEND_ZC for large frames where the reactor allows it. A local peer (loopback address or
+  /// AF_UNIX, checked once with getpeername) always gets copying sends, whatever this says: the
+  /// kernel copies into the receiver anyway, and zero copy halved loopback bandwidth (reactor.hpp).
+  zero_copy send_zero_copy = zero_copy::when_large;
   /// Frame bounds and receive buffer size (receive_buffer_bytes; 0 = one largest frame).
   wire::decoder_limits limits = default_limits();
 
@@ -95,6 +103,8 @@ class tcp_transport final : public transport {
   std::size_t queued_frames() const noexcept { return count_; }
   /// The socket (for getsockopt and tests); -1 once closed.
   int fd() const noexcept { return fd_; }
+  /// The zero-copy policy its sends use (options.send_zero_copy, or never for a local peer).
+  zero_copy send_zero_copy() const noexcept { return zero_copy_; }
   /// True until the transport has begun closing.
   bool is_open() const noexcept { return state_ == state::open; }
 
@@ -137,6 +147,7 @@ class tcp_transport final : public transport {
   tcp_transport_options options_;
   std::size_t low_watermark_;
   std::size_t slot_bytes_;
+  zero_copy zero_copy_;
 
   // Send queue: ring of entries over one preallocated byte slab.
   std::unique_ptr<std::byte[]> slab_;

@@ -19,7 +19,6 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "io/buffer_pool.hpp"
@@ -140,15 +139,9 @@ class vessel_end final : public io::transport_handler {
   static io::reactor_config config() {
     io::reactor_config c;
     c.own_thread = false;  // this thread drives the loop: no hand-off on the measured path
-    // No SEND_ZC over loopback: the receiving side copies the pinned pages anyway, so zero copy
-    // only adds pinning and a notification CQE per send. Measured here (64 MiB stream, 3 runs):
-    // 0.15 GB/s with it against 0.34 GB/s without, the plain socket at 0.28-0.34 GB/s.
-    // VESSEL_BENCH_ZERO_COPY=1 measures the reactor's default instead.
-    const char* zc = std::getenv("VESSEL_BENCH_ZERO_COPY");
-    if (zc == nullptr || std::string_view(zc) != "1") {
-      c.allowed.send_zc = false;
-      c.allowed.sendmsg_zc = false;
-    }
+    // SEND_ZC is left to tcp_transport, which never uses it towards a loopback peer (it halved
+    // this bench's bandwidth there). busy_poll stays off (the reactor's default): on these
+    // 2-core machines a spinning end steals the core its peer needs to reply.
     return c;
   }
 
