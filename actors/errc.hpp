@@ -40,8 +40,8 @@ enum class errc {
   store_not_integer,        ///< add on a key whose value is not an 8-byte integer.
   store_too_many_clients,   ///< the store already serves its maximum number of clients.
   store_connection_lost,    ///< the connection to the store ended (or the store refused a request).
-  link_would_block,         ///< the link's send queue is full (bytes or frames): retry when writable.
-  link_frame_too_large,     ///< a frame larger than the link's whole send bound: it could never fit.
+  link_would_block,         ///< the link's send queue is full (bytes or frames): retry later.
+  link_frame_too_large,     ///< a frame larger than the link's whole send bound: never fits.
   link_not_reliable,        ///< a control frame (hello, ack, credit, heartbeat) given to the
                             ///< sequenced path, or a sequenced frame without a sequence number.
   link_ack_beyond_sent,     ///< the peer acks a sequence number this side never sent.

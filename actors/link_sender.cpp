@@ -20,7 +20,8 @@ bool is_sequenced(wire::frame_kind kind) noexcept {
 link_sender::link_sender(const link_sender_config& config)
     : config_{config}, credit_{config.initial_credit} {
   if (config.max_unacked_frames == 0 || config.max_buffered_bytes == 0) {
-    throw std::invalid_argument{"link_sender: max_unacked_frames and max_buffered_bytes must be > 0"};
+    throw std::invalid_argument{
+        "link_sender: max_unacked_frames and max_buffered_bytes must be > 0"};
   }
   ring_.resize(config.max_unacked_frames + config.max_queued_frames);
 }
@@ -46,7 +47,8 @@ result<submit_outcome> link_sender::submit(wire::frame_header header, io::buffer
 
   // Sendable when every frame before it that waits for transmission fits too: frames go out in
   // seq order, so a frame never overtakes one still waiting for credit.
-  if (queued_bytes_ <= credit_ && queued_frames() + unacked_frames() <= config_.max_unacked_frames) {
+  if (queued_bytes_ <= credit_ &&
+      queued_frames() + unacked_frames() <= config_.max_unacked_frames) {
     return submit_outcome::sendable;
   }
   if (!stalled_) {
