@@ -34,10 +34,10 @@ constexpr std::uint64_t record_prefix = 8;
 // Frames delivered per receive turn before the reactor gets to run its other work.
 constexpr std::size_t drain_batch = 256;
 
-// How often a sleeping receiver re-checks its ring without being woken. A safety net: in bench
-// runs on a loaded 2-core VM a receiver was seen asleep with a frame pending and no eventfd write
-// (cause not yet found; watchdog_recoveries counts it). 10 ms bounds such a stall at ~100 cheap
-// timer wake-ups per second per link, which an idle link can afford.
+// How often a sleeping receiver re-checks its ring without being woken: defence in depth only.
+// The flag/eventfd protocol (wake_peer_consumer, try_sleep) loses no wake-up; the watchdog exists
+// so that a bug there, or a peer that breaks it, costs a bounded stall instead of a hang, and
+// watchdog_recoveries makes such a bug visible. 10 ms: ~100 cheap timer runs per second per link.
 constexpr auto watchdog_period = std::chrono::milliseconds{10};
 
 // A sleep shorter than this means the link is busy: restore the full spin budget on waking.
@@ -110,12 +110,33 @@ void shm_transport::arm_watchdog() {
   watchdog_armed_ = true;
 }
 
+// "Asleep with work pending" seen ONCE is not a lost wake-up: it is the normal window of a
+// wake-up in flight, which the watchdog used to count (and "recover") as lost. Measured with
+// vessel-bench (release, loaded 2-core VM), every case it counted was one of:
+//   - the peer published, then was preempted before (or between) its flag load/exchange and its
+//     eventfd write: flag still 1, or flag 0 with the eventfd still at 0;
+//   - the peer wrote the eventfd, but our READ had not completed yet: the reactor's timed wait
+//     ended on the watchdog's own deadline, and each turn runs due timers BEFORE it reaps (and,
+//     with DEFER_TASKRUN, before the kernel even performs the READ), so the timer saw the frame
+//     ahead of the completion that was about to deliver it.
+// Invariant: a wake-up is lost only if work stays pending while we sleep and no receive run
+// happens for a whole watchdog period. So the first sighting is only remembered; a recovery is
+// counted and performed when the next tick finds the same sleep (no receive run since) with
+// work still pending. A true lost wake-up then costs at most two periods.
 void shm_transport::on_watchdog() {
   watchdog_armed_ = false;
   if (state_ != state::open) return;
-  if (sleeping_ && !in_receive_ && !continuation_pending_ &&
-      (rx_ring_.refresh() != 0 || (want_writable_ && has_room()))) {
+  const bool pending = sleeping_ && !in_receive_ && !continuation_pending_ &&
+                       (rx_ring_.refresh() != 0 || (want_writable_ && has_room()));
+  if (!pending) {
+    suspect_ = false;
+  } else if (!suspect_ || suspect_runs_ != receive_runs_) {
+    suspect_ = true;  // maybe a wake-up in flight: look again one period later
+    suspect_runs_ = receive_runs_;
+  } else {
+    suspect_ = false;
     ++shm_stats_.watchdog_recoveries;
+    log::get("io").warn("shm transport: lost wake-up recovered by the watchdog");
     sleeping_ = false;
     rx_ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
     receive_loop();
@@ -302,6 +323,7 @@ void shm_transport::continue_receive(void* self) noexcept {
 void shm_transport::receive_loop() {
   if (in_receive_) return;  // a handler's send/close re-entered us: the outer loop carries on
   in_receive_ = true;
+  ++receive_runs_;
   std::size_t delivered = 0;
   while (state_ == state::open) {
     delivered += drain(drain_batch - delivered);

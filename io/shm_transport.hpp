@@ -39,8 +39,9 @@ struct shm_stats {
   std::uint64_t sleeps = 0;            ///< times the receiver went to sleep on its eventfd
   std::uint64_t wakeups_sent = 0;      ///< eventfd writes to the peer (data or room)
   std::uint64_t wakeups_received = 0;  ///< eventfd READ completions
-  /// Times the watchdog found frames (or room) while the receiver slept: each one is a wake-up
-  /// the eventfd protocol failed to deliver (see shm_transport.cpp). Should stay 0.
+  /// Times the watchdog found frames (or room) pending while the receiver slept, on two ticks in
+  /// a row with no receive run between them: each one is a wake-up the eventfd protocol failed to
+  /// deliver (see shm_transport.cpp, on_watchdog). Should stay 0.
   std::uint64_t watchdog_recoveries = 0;
 };
 
@@ -138,6 +139,9 @@ class shm_transport final : public transport {
   bool sleeping_ = false;
   timer_id watchdog_ = 0;
   bool watchdog_armed_ = false;
+  std::uint64_t receive_runs_ = 0;  // receive_loop() entries: the watchdog's progress marker
+  std::uint64_t suspect_runs_ = 0;  // receive_runs_ when the watchdog first saw work pending
+  bool suspect_ = false;
 
   transport_stats stats_;
   shm_stats shm_stats_;

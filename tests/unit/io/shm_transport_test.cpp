@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -250,6 +251,66 @@ TEST(shm_transport, idle_receiver_stops_spinning_and_sleeps_on_its_eventfd) {
   const auto counters = shm_test::run_on(*b.r, [&] { return b.t->shm_counters(); });
   EXPECT_GE(counters.sleeps, 7u);
   EXPECT_GE(counters.wakeups_received, 7u) << "sleeping receivers are woken through the eventfd";
+}
+
+// Lost wake-up stress: both receivers have no spin budget, so every frame of a ping-pong finds
+// its receiver asleep on the eventfd (the flag/eventfd hand-off runs ~2 times per round trip),
+// for longer than many watchdog periods. No wake-up may be lost: the watchdog never recovers
+// anything and no round trip stalls anywhere near a watchdog period or more.
+TEST(shm_transport, pingpong_with_sleeping_receivers_loses_no_wake_up) {
+  shm_config config = small_config();
+  config.max_spin = std::chrono::nanoseconds{0};
+  auto [ca, cb] = shm_test::channel_pair(config, config);
+  side a, b;
+  a.open(std::move(ca), config);
+  b.open(std::move(cb), config);
+  constexpr std::uint64_t round_trips = 4000;
+  const auto run_for = 1500ms;  // >> the 10 ms watchdog period: it ticks ~150 times
+  std::atomic<std::uint64_t> trips{0};
+  std::atomic<std::int64_t> worst_ns{0};
+  std::promise<void> finished;
+  const std::byte payload[64] = {};
+  auto sent_at = std::chrono::steady_clock::now();
+  const auto started = sent_at;
+  b.h.frame = [&](const wire::frame_header& h, std::span<const std::byte> p) {
+    ASSERT_TRUE(b.t->send_copy(shm_test::data_header(h.seq, p.size()), p));
+  };
+  a.h.frame = [&](const wire::frame_header& h, std::span<const std::byte>) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto rtt = std::chrono::duration_cast<std::chrono::nanoseconds>(now - sent_at).count();
+    if (rtt > worst_ns.load()) worst_ns.store(rtt);
+    const auto n = trips.fetch_add(1) + 1;
+    if (n >= round_trips && now - started >= run_for) {
+      finished.set_value();
+      return;
+    }
+    sent_at = now;
+    ASSERT_TRUE(a.t->send_copy(shm_test::data_header(h.seq + 1, sizeof payload), payload));
+  };
+  b.start();
+  a.start();
+  shm_test::run_on(*a.r, [&] {
+    sent_at = std::chrono::steady_clock::now();
+    ASSERT_TRUE(a.t->send_copy(shm_test::data_header(0, sizeof payload), payload));
+  });
+  auto done = finished.get_future();
+  ASSERT_EQ(done.wait_for(120s), std::future_status::ready)
+      << "ping-pong hung after " << trips.load() << " round trips";
+  const auto ca_ = shm_test::run_on(*a.r, [&] { return a.t->shm_counters(); });
+  const auto cb_ = shm_test::run_on(*b.r, [&] { return b.t->shm_counters(); });
+  EXPECT_EQ(ca_.watchdog_recoveries, 0u);
+  EXPECT_EQ(cb_.watchdog_recoveries, 0u);
+  EXPECT_GE(ca_.sleeps + cb_.sleeps, trips.load()) << "receivers must have slept, not spun";
+  EXPECT_GT(ca_.wakeups_received + cb_.wakeups_received, trips.load());
+  // A lost wake-up costs one to two watchdog periods (10-20 ms); a loaded CI core can delay a
+  // thread too, hence the margin.
+  EXPECT_LT(worst_ns.load(), std::chrono::nanoseconds{200ms}.count())
+      << "worst round trip " << worst_ns.load() / 1000 << " us over " << trips.load();
+  std::printf("[ info ] %llu round trips, worst %lld us, sleeps %llu/%llu\n",
+              static_cast<unsigned long long>(trips.load()),
+              static_cast<long long>(worst_ns.load() / 1000),
+              static_cast<unsigned long long>(ca_.sleeps),
+              static_cast<unsigned long long>(cb_.sleeps));
 }
 
 }  // namespace
