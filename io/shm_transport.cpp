@@ -161,7 +161,10 @@ result<void> shm_transport::send_copy(const wire::frame_header& header,
   const std::uint64_t rec_len =
       record_prefix + align_up(hlen, 8) + (in_area ? 8 : align_up(payload.size(), 8));
   const std::uint64_t area_len = in_area ? align_up(payload.size(), shm::cache_line) : 0;
-  if (area_len > tx_area_.capacity() || rec_len > tx_ring_.capacity() / 2) {
+  // Half of each ring at most: a reservation that wraps skips the bytes up to the end, so a
+  // record longer than half the ring may never fit, even with the ring empty, and the sender
+  // would wait for room forever.
+  if (area_len > tx_area_.capacity() / 2 || rec_len > tx_ring_.capacity() / 2) {
     return make_error_code(std::errc::message_size);  // could never fit, however long we wait
   }
 

@@ -158,6 +158,44 @@ TEST(shm_transport, frames_of_odd_sizes_wrap_the_ring_in_order_and_intact) {
       << "a 4 KiB ring must have pushed back at least once";
 }
 
+TEST(shm_transport, payload_over_half_the_area_is_refused_at_once_and_half_the_area_always_fits) {
+  // A wrapping reservation skips the bytes up to the area's end, so a payload over half the area
+  // could wait for room forever once the write position is off 0: refuse it up front instead.
+  constexpr std::size_t half = 16384 / 2;
+  auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
+  side a, b;
+  a.open(std::move(ca), small_config());
+  b.open(std::move(cb), small_config());
+  std::promise<std::uint32_t> big_crc;
+  b.h.frame = [&](const wire::frame_header&, std::span<const std::byte> payload) {
+    if (payload.size() == half) big_crc.set_value(wire::crc32c(payload));
+  };
+  b.start();
+  a.start();
+  const auto& pat = shm_test::pattern();
+  const auto send = [&](std::uint64_t seq, std::size_t len) {
+    std::span<const std::byte> payload{pat.data(), len};
+    return shm_test::run_on(*a.r, [&] {
+      return a.t->send_copy(shm_test::data_header(seq, len, wire::crc32c(payload)), payload);
+    });
+  };
+
+  ASSERT_TRUE(send(0, 1000)) << "moves the area's write position off 0";
+  auto too_big = send(1, half + 1);
+  ASSERT_FALSE(too_big);
+  EXPECT_EQ(too_big.error(), std::errc::message_size);
+
+  result<void> sent = errc::send_queue_full;
+  for (int tries = 0; tries < 5000 && !sent && sent.error() == errc::send_queue_full; ++tries) {
+    sent = send(2, half);  // must wrap; fits as soon as the first payload is released
+    if (!sent) std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(sent) << sent.error().message();
+  auto delivered = big_crc.get_future();
+  ASSERT_EQ(delivered.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(delivered.get(), wire::crc32c(std::span<const std::byte>{pat.data(), half}));
+}
+
 TEST(shm_transport, full_ring_refuses_with_send_queue_full_then_on_writable_resumes) {
   auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
   side a, b;
