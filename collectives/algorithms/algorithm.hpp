@@ -1,0 +1,84 @@
+#pragma once
+// The contract between a collective algorithm and whatever drives it (the collective actor over
+// real links, the simulated network in tests and benchmarks). An algorithm is a pure state
+// machine: it never does I/O, never blocks and never allocates per chunk; it turns arriving
+// chunks into the sends they make possible.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "collectives/dtype.hpp"
+#include "wire/result.hpp"
+
+namespace vessel::collectives {
+
+/// What a collective instance is asked to do. Ranks are ranks within the communicator.
+struct algorithm_params {
+  std::uint32_t rank = 0;
+  std::uint32_t size = 1;
+  std::uint32_t root = 0;  ///< broadcast, reduce, gather, scatter
+  /// Elements in the operation's defining buffer: the whole vector for allreduce, reduce and
+  /// broadcast; one rank's block for allgather, gather, scatter, reduce_scatter and alltoall.
+  std::size_t count = 0;
+  dtype type = dtype::float32;
+  reduce_op op = reduce_op::sum;
+  std::size_t chunk_bytes = std::size_t{1} << 20;  ///< pipelining granularity, rounded to elements
+};
+
+/// The memory an algorithm works in; the driver owns it and keeps it alive until done().
+/// input may alias output (in place); scratch has at least scratch_bytes().
+struct algorithm_buffers {
+  std::span<const std::byte> input;
+  std::span<std::byte> output;
+  std::span<std::byte> scratch;
+};
+
+enum class buffer_id : std::uint8_t { input, output, scratch };
+
+/// One message the algorithm wants sent. The bytes are read from the named buffer at the moment
+/// the step is emitted: the driver copies them out (or finishes sending them) before it calls
+/// the algorithm again, because a later step may overwrite that region.
+struct send_step {
+  std::uint32_t peer = 0;
+  std::uint32_t step = 0;   ///< algorithm-defined round; travels as collective_fields.step
+  std::uint32_t chunk = 0;  ///< travels as collective_fields.chunk_index
+  buffer_id buffer = buffer_id::output;
+  std::size_t offset = 0;   ///< bytes
+  std::size_t bytes = 0;
+  bool operator==(const send_step&) const = default;
+};
+
+enum class receive_status : std::uint8_t {
+  consumed,  ///< the chunk was applied; the driver may release its bytes
+  not_yet,   ///< the chunk belongs to a later round: the driver keeps it and offers it again
+             ///< after the algorithm has made progress (links are ordered per peer, but a peer
+             ///< may run ahead of us by a round)
+};
+
+class algorithm {
+ public:
+  virtual ~algorithm() = default;
+
+  virtual std::string_view name() const noexcept = 0;
+
+  /// Bytes of scratch memory the driver must provide in algorithm_buffers::scratch.
+  virtual std::size_t scratch_bytes() const noexcept { return 0; }
+
+  /// Begins the operation; appends the sends that need nothing received.
+  virtual result<void> start(const algorithm_buffers& buffers, std::vector<send_step>& out) = 0;
+
+  /// A chunk from `peer` arrived. Appends the sends it makes possible. A chunk the algorithm
+  /// can never accept (unknown step, wrong peer, wrong size, duplicate) is an error: the peer
+  /// is broken or malicious, and the collective fails instead of computing garbage.
+  virtual result<receive_status> on_receive(std::uint32_t peer, std::uint32_t step,
+                                            std::uint32_t chunk, std::span<const std::byte> data,
+                                            std::vector<send_step>& out) = 0;
+
+  /// Every byte of output is final and every send has been emitted.
+  virtual bool done() const noexcept = 0;
+};
+
+}  // namespace vessel::collectives
