@@ -51,6 +51,13 @@ class actors_error_category final : public std::error_category {
       case errc::link_credit_overflow: return "credit grant overflows the send window";
       case errc::link_consumed_beyond_received: return "consumed more bytes than received";
       case errc::link_peer_silent: return "peer silent past its deadline";
+      case errc::mesh_message_too_large: return "message larger than the mesh's largest block";
+      case errc::mesh_peer_down: return "link to the peer is down";
+      case errc::mesh_closed: return "mesh closed";
+      case errc::mesh_reconnect_timeout: return "peer not back within the reconnect deadline";
+      case errc::mesh_handshake_timeout: return "handshake not finished in time";
+      case errc::mesh_connect_timeout: return "not every peer connected by the deadline";
+      case errc::mesh_protocol_error: return "peer broke the link protocol";
     }
     return "unknown vessel.actors error";
   }

@@ -52,6 +52,13 @@ enum class errc {
   link_credit_overflow,     ///< a credit grant takes the sender's credit past any real window.
   link_consumed_beyond_received,  ///< the app reports consuming bytes it never received.
   link_peer_silent,         ///< nothing heard from the peer within its deadline.
+  mesh_message_too_large,   ///< a message larger than the mesh's largest pool block.
+  mesh_peer_down,           ///< the link to the peer is down (silent, not back in time, broken).
+  mesh_closed,              ///< the mesh was closed.
+  mesh_reconnect_timeout,   ///< the peer did not reconnect within the reconnect deadline.
+  mesh_handshake_timeout,   ///< a connection did not finish the handshake in time.
+  mesh_connect_timeout,     ///< mesh::connect: not every peer was up by the deadline.
+  mesh_protocol_error,      ///< a peer sent a frame that breaks the link protocol.
 };
 
 const std::error_category& actors_category() noexcept;

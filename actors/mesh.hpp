@@ -1,0 +1,247 @@
+#pragma once
+// All peer links of one process: the mesh the point-to-point layer, the collectives and the CAF
+// node stand on. No CAF here; everything but connect() runs on the reactor thread.
+//
+// Connection rules: every rank listens (TCP, and an abstract AF_UNIX name for shm peers on the
+// same host: host_identity / VESSEL_TRANSPORT); the higher rank dials the lower one, and after a
+// drop the dialler re-dials with backoff and jitter. Every connection runs the HMAC handshake
+// (actors/handshake.hpp) before any frame of it reaches a link; a refused or stalled peer is
+// closed with one log line and a counter (mesh_stats), and nothing it sent is delivered.
+//
+// Messages: send() cuts a payload into data frames of mesh_config::fragment_bytes (no copy: each
+// frame holds a slice of the caller's block); the receiver reassembles them in place into one
+// block of its pool and hands the whole message to mesh_observer::on_message. Per (src, dst)
+// messages arrive once, in order, whatever the connection does (link_sender/link_receiver:
+// sequence numbers, cumulative acks, resend after reconnect).
+//
+// Memory bound (backpressure): per sending peer, a receiver holds at most
+//   link window (mesh_config::window_bytes) + one in-progress message (<= max_message_bytes)
+// of payload the app has not released. Credit flows back only through release(). A message
+// larger than the window still passes: while no other message holds such an overdraft, the
+// fragments of a message are counted as consumed as they are copied in (its block is already
+// allocated), and the app's later release() of it repays the overdraft before any credit goes
+// back. On the send side a link holds at most max_queued_messages messages plus the
+// link_sender's max_buffered_bytes of fragments; beyond that send() says link_would_block and
+// on_writable(dst) follows.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "actors/auth.hpp"
+#include "actors/detailed_error.hpp"
+#include "actors/host_identity.hpp"
+#include "actors/link_liveness.hpp"
+#include "actors/link_receiver.hpp"
+#include "actors/link_sender.hpp"
+#include "io/backoff.hpp"
+#include "io/buffer.hpp"
+#include "io/buffer_pool.hpp"
+#include "io/shm_connector.hpp"
+#include "wire/result.hpp"
+
+namespace vessel::io {
+class reactor;
+}
+
+namespace vessel::actors {
+
+class kv_store_client;
+class peer_link;
+
+/// One whole (reassembled) message.
+struct inbound_message {
+  std::uint32_t src = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t message_id = 0;  ///< per (src, dst) link, from 1, in send order
+  io::buffer_slice payload;      ///< a block of the mesh's pool; keep it as long as needed
+};
+
+/// What a peer link is doing; reported through mesh_observer::on_peer_state.
+enum class peer_state : std::uint8_t {
+  connecting,    ///< not yet up the first time
+  up,            ///< authenticated connection in place, frames flow
+  reconnecting,  ///< the connection dropped; frames wait (and are resent) until it is back
+  restarted,     ///< the peer came back with a new incarnation: what was in flight to or from
+                 ///< its old process is lost; the link starts a new stream (up follows)
+  down,          ///< silent past its deadline, not back within the reconnect deadline, a
+                 ///< protocol violation, or closed: final for this incarnation
+};
+
+/// "connecting", "up", ... for log lines.
+const char* to_string(peer_state s) noexcept;
+
+/// Receives what the mesh delivers; every call on the reactor thread.
+class mesh_observer {
+ public:
+  virtual ~mesh_observer() = default;
+  /// One whole message. Call mesh::release(src, payload.size()) once done with its bytes (a
+  /// message to self needs no release but it is harmless).
+  virtual void on_message(inbound_message&& m) = 0;
+  /// A peer changed state; `why` is empty for connecting/up.
+  virtual void on_peer_state(std::uint32_t peer, peer_state s, std::error_code why) = 0;
+  /// After send(peer, ...) said link_would_block: the link has room again.
+  virtual void on_writable(std::uint32_t /*peer*/) {}
+};
+
+/// Counters of one peer link (reactor thread; monotonic unless said otherwise).
+struct peer_link_stats {
+  peer_state state = peer_state::connecting;
+  std::uint64_t messages_sent = 0;      ///< messages whose last fragment went to the link
+  std::uint64_t messages_received = 0;  ///< messages delivered to the observer
+  std::uint64_t frames_sent = 0;        ///< data frames handed to a transport (resends included)
+  std::uint64_t frames_received = 0;    ///< data frames accepted in order
+  std::uint64_t bytes_sent = 0;         ///< their payload bytes
+  std::uint64_t bytes_received = 0;
+  std::uint64_t retransmits = 0;        ///< frames resent after a reconnect
+  std::uint64_t credit_stalls = 0;      ///< times a frame waited for credit or window
+  std::uint64_t would_block = 0;        ///< send() calls pushed back
+  std::uint64_t duplicates = 0;         ///< frames dropped as already received
+  std::uint64_t reconnects = 0;         ///< connections after the first (same incarnation)
+  std::uint64_t restarts = 0;           ///< new incarnations of the peer seen
+  std::uint64_t heartbeats_sent = 0;
+  std::uint64_t heartbeats_received = 0;
+  link_time srtt{};                     ///< smoothed RTT from heartbeats (0 before a sample)
+  link_time last_rtt{};
+  std::uint64_t held_bytes = 0;         ///< delivered, not yet released (current value)
+  std::uint64_t buffered_bytes = 0;     ///< send side: payload held until acked (current value)
+};
+
+/// Counters of the mesh as a whole (connections that never became a link).
+struct mesh_stats {
+  std::uint64_t accepted = 0;           ///< inbound connections accepted (TCP and shm)
+  std::uint64_t refused = 0;            ///< handshakes refused (bad token, version, rank, ...)
+  std::uint64_t handshake_timeouts = 0; ///< peers that stalled past handshake_timeout
+  std::uint64_t protocol_errors = 0;    ///< garbage / oversized frames before or after the
+                                        ///< handshake (the transport closed with a decode error)
+  std::uint64_t dials = 0;              ///< dial attempts started
+  std::uint64_t dial_failures = 0;
+};
+
+/// Which transport a mesh uses to reach its peers.
+enum class mesh_transport : std::uint8_t {
+  automatic,  ///< shm to a peer on the same host (same hostname and boot id), else tcp
+  tcp,
+  shm,        ///< every peer by shm (all ranks must be on one host)
+};
+
+/// Everything a mesh needs. Every key with its default.
+struct mesh_config {
+  std::uint32_t self_rank = 0;
+  std::uint32_t world_size = 1;
+  /// This process's incarnation: differs on every start (e.g. random or a restart counter), so
+  /// that peers tell a restart from a reconnect.
+  std::uint64_t incarnation = 0;
+  /// The cluster token; must outlive the mesh.
+  const cluster_token* token = nullptr;
+  mesh_transport transport = mesh_transport::automatic;
+  /// TCP listen address; port 0 picks an ephemeral port (the one published in the store).
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 0;
+  /// This host, published to peers for the shm decision; empty hostname: read at connect().
+  host_identity host;
+  /// Prefix of the store keys ("<prefix>/addr/<rank>"): lets several meshes share one store.
+  std::string store_prefix = "vessel/mesh";
+
+  /// Payload bytes per data frame (<= the decoder's max_payload_bytes, 1 MiB).
+  std::size_t fragment_bytes = 256u << 10;
+  /// Link window: payload bytes a peer may have unreleased here (the receiver's credit).
+  std::uint64_t window_bytes = 4u << 20;
+  /// Messages a link queues on top of what the link_sender holds before send() pushes back.
+  std::size_t max_queued_messages = 1024;
+  link_sender_config sender{};      ///< initial_credit is overwritten with window_bytes
+  link_receiver_config receiver{};  ///< window_bytes is overwritten with window_bytes
+  link_liveness_config liveness{};  ///< peer_deadline: silent this long -> down
+  /// The mesh's pool (reassembly and app payloads). Its largest block is the largest message.
+  io::buffer_pool_config pool = io::buffer_pool_config::defaults();
+  io::shm_config shm{};
+
+  /// A peer that connects and has not finished the handshake by then is closed.
+  std::chrono::milliseconds handshake_timeout{5000};
+  /// A link whose connection dropped goes down if not back within this.
+  std::chrono::milliseconds reconnect_deadline{30000};
+  /// Longest single dial attempt.
+  std::chrono::milliseconds dial_timeout{2000};
+  /// Delays between dials (full jitter).
+  io::reconnect_policy redial{std::chrono::milliseconds{5}, std::chrono::milliseconds{500}, 2.0,
+                              0, true};
+
+  /// Reads VESSEL_PEER_TIMEOUT_MS (liveness.peer_deadline), VESSEL_HEARTBEAT_MS
+  /// (liveness.heartbeat_interval), VESSEL_RECONNECT_TIMEOUT_MS (reconnect_deadline) and
+  /// VESSEL_TRANSPORT into this config; a malformed value is an error naming the variable.
+  detailed_result<void> apply_env(const env_view& env);
+  /// One line per key, for the start-up log.
+  std::string to_string() const;
+};
+
+/// All peer links of this process. Not copyable or movable (the reactor holds pointers into it).
+/// Destroy only after close() returned (the destructor calls it), and before the reactor stops.
+class mesh {
+ public:
+  /// Allocates the pool and one link per peer; nothing runs until connect(). `r` must be
+  /// started and driven by its own thread; `observer` must outlive the mesh.
+  mesh(io::reactor& r, mesh_config config, mesh_observer& observer);
+  ~mesh();
+  mesh(const mesh&) = delete;
+  mesh& operator=(const mesh&) = delete;
+
+  /// App thread only (NOT the reactor thread): starts listening, publishes this rank's
+  /// addresses to `store`, reads every peer's, dials the lower ranks and accepts the higher ones,
+  /// and blocks until every link is up or `deadline` passes; the error then names the peers
+  /// still missing and why. Links keep trying after a failed connect (close() stops them).
+  detailed_result<void> connect(kv_store_client& store, std::chrono::milliseconds deadline);
+
+  /// Reactor thread only. Queues one message to `dst` (self included: delivered locally, later
+  /// on this thread, never from inside send). The payload is not copied: its block stays
+  /// referenced until every fragment is acked. Errors: link_would_block (queue full; on_writable
+  /// follows), mesh_message_too_large (over max_message_bytes), mesh_peer_down, mesh_closed,
+  /// rank_out_of_range.
+  result<void> send(std::uint32_t dst, std::uint64_t tag, io::buffer_slice payload);
+
+  /// Reactor thread only: the app is done with `bytes` of messages from `src` (any split of
+  /// the bytes delivered, e.g. one call per message). Credit goes back to the sender only
+  /// through this. Releasing more than was delivered is ignored (logged once).
+  void release(std::uint32_t src, std::size_t bytes);
+
+  /// Reactor thread only. Counters of the link to `peer` (self: zeros).
+  peer_link_stats stats(std::uint32_t peer) const;
+  /// Reactor thread only.
+  mesh_stats totals() const noexcept { return stats_; }
+  /// Reactor thread only. State of the link to `peer` (self: up).
+  peer_state state(std::uint32_t peer) const;
+
+  /// Reactor thread only. Fault injection: closes `peer`'s transport as if the network cut it.
+  /// The link goes reconnecting and the dialler side re-dials.
+  void drop_connection(std::uint32_t peer);
+
+  /// Any thread but the reactor's: orderly shutdown. Stops listening and dialling, closes every
+  /// transport (peers see their link drop, then down after their reconnect deadline) and waits
+  /// until every operation on the reactor has completed. Idempotent.
+  void close();
+
+  /// The mesh's pool (mesh_config::pool): reassembly blocks, and blocks for payloads the app
+  /// sends (any thread may acquire; see io::buffer_pool). A block from another pool works too.
+  io::buffer_pool& pool() noexcept;
+  /// Largest message send() accepts: the receive pool's largest block.
+  std::size_t max_message_bytes() const noexcept;
+  /// The TCP port this mesh listens on (valid once connect() started listening).
+  std::uint16_t listen_port() const noexcept;
+  const mesh_config& config() const noexcept { return config_; }
+  io::reactor& reactor() noexcept { return reactor_; }
+
+ private:
+  friend class peer_link;
+  struct impl;
+
+  io::reactor& reactor_;
+  mesh_config config_;
+  mesh_observer& observer_;
+  mesh_stats stats_;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace vessel::actors
