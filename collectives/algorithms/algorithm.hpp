@@ -79,6 +79,13 @@ class algorithm {
 
   /// Every byte of output is final and every send has been emitted.
   virtual bool done() const noexcept = 0;
+
+  /// For hang reports: appends the peers whose chunks the algorithm needs before it can make
+  /// progress, and returns the round it is in. Appends nothing when it is done or cannot tell.
+  virtual std::uint32_t waiting_for(std::vector<std::uint32_t>& peers) const {
+    (void)peers;
+    return 0;
+  }
 };
 
 }  // namespace vessel::collectives

@@ -1,0 +1,179 @@
+#include "collectives/algorithms/ring_pipeline.hpp"
+
+#include <cstring>
+
+#include "collectives/errc.hpp"
+#include "collectives/reduce.hpp"
+
+namespace vessel::collectives {
+
+ring_pipeline::ring_pipeline(kind k, const algorithm_params& params)
+    : kind_(k),
+      params_(params),
+      element_bytes_(size_of(params.type) == 0 ? 1 : size_of(params.type)),
+      granule_(chunk_granule(params.chunk_bytes, element_bytes_)) {
+  const std::uint32_t p = params.size == 0 ? 1 : params.size;
+  left_ = (params.rank + p - 1) % p;
+  right_ = (params.rank + 1) % p;
+}
+
+std::size_t ring_pipeline::scratch_bytes() const noexcept {
+  if (kind_ != kind::reduce_scatter) return 0;
+  const std::size_t block_bytes = params_.count * element_bytes_;
+  return block_bytes < granule_ ? block_bytes : granule_;
+}
+
+std::uint32_t ring_pipeline::steps() const noexcept {
+  const std::uint32_t phase = params_.size - 1;
+  return kind_ == kind::allreduce ? 2 * phase : phase;
+}
+
+bool ring_pipeline::is_reducing_step(std::uint32_t step) const noexcept {
+  return kind_ == kind::reduce_scatter || (kind_ == kind::allreduce && step < params_.size - 1);
+}
+
+std::uint32_t ring_pipeline::block_sent(std::uint32_t step) const noexcept {
+  // Offsets chosen so that reduce_scatter leaves rank r with block r, and allreduce's
+  // allgather starts with the block its reduce-scatter finished (r + 1).
+  const std::uint64_t p = params_.size;
+  const std::uint64_t r = params_.rank;
+  switch (kind_) {
+    case kind::allreduce:
+      if (step < p - 1) return static_cast<std::uint32_t>((r + p - step) % p);
+      return static_cast<std::uint32_t>((r + 1 + p - (step - (p - 1))) % p);
+    case kind::reduce_scatter: return static_cast<std::uint32_t>((r + 2 * p - step - 1) % p);
+    case kind::allgather: return static_cast<std::uint32_t>((r + p - step) % p);
+  }
+  return 0;
+}
+
+std::uint32_t ring_pipeline::block_received(std::uint32_t step) const noexcept {
+  // What the left neighbour sends at this step.
+  const std::uint32_t p = params_.size;
+  return (block_sent(step) + p - 1) % p;
+}
+
+byte_range ring_pipeline::block(std::uint32_t b) const noexcept {
+  if (kind_ == kind::allreduce) return block_range(params_.count, params_.size, b, element_bytes_);
+  const std::size_t block_bytes = params_.count * element_bytes_;
+  return {b * block_bytes, block_bytes};
+}
+
+void ring_pipeline::send_chunk(std::uint32_t step, std::uint32_t chunk, buffer_id buffer,
+                               std::size_t offset, std::size_t bytes,
+                               std::vector<send_step>& out) const {
+  out.push_back({right_, step, chunk, buffer, offset, bytes});
+}
+
+result<void> ring_pipeline::start(const algorithm_buffers& buffers, std::vector<send_step>& out) {
+  if (started_) return errc::invalid_argument;
+  if (size_of(params_.type) == 0) return errc::unsupported_type;
+  if (!supports(params_.type, params_.op)) return errc::unsupported_op;
+  const std::uint32_t p = params_.size;
+  if (p == 0 || params_.rank >= p) return errc::invalid_argument;
+
+  const std::size_t block_bytes = params_.count * element_bytes_;
+  const std::size_t whole = kind_ == kind::allreduce ? block_bytes : block_bytes * p;
+  const std::size_t in_bytes = kind_ == kind::allgather ? block_bytes : whole;
+  const std::size_t out_bytes = kind_ == kind::reduce_scatter ? block_bytes : whole;
+  if (buffers.input.size() < in_bytes || buffers.output.size() < out_bytes ||
+      buffers.scratch.size() < scratch_bytes()) {
+    return errc::size_mismatch;
+  }
+  buffers_ = buffers;
+  const std::uint32_t r = params_.rank;
+
+  // Lay out the working vector: allreduce and allgather work in the output (in place when the
+  // input already sits there); reduce_scatter reads the input and reduces chunk by chunk.
+  if (kind_ == kind::allreduce && whole != 0 && buffers.input.data() != buffers.output.data()) {
+    std::memmove(buffers.output.data(), buffers.input.data(), whole);
+  }
+  if (kind_ == kind::allgather && block_bytes != 0 &&
+      buffers.input.data() != buffers.output.data() + r * block_bytes) {
+    std::memmove(buffers.output.data() + r * block_bytes, buffers.input.data(), block_bytes);
+  }
+  if (kind_ == kind::reduce_scatter && p == 1 && block_bytes != 0 &&
+      buffers.input.data() != buffers.output.data()) {
+    std::memmove(buffers.output.data(), buffers.input.data(), block_bytes);
+  }
+
+  started_ = true;
+  const std::uint32_t n = steps();
+  next_chunk_.assign(n, 0);
+  expected_ = 0;
+  for (std::uint32_t s = 0; s < n; ++s) {
+    expected_ += chunk_count(block(block_received(s)).bytes, granule_);
+  }
+  if (n == 0) return outcome::success();  // one rank: the layout above was all of it
+
+  const byte_range first = block(block_sent(0));
+  const buffer_id source = kind_ == kind::reduce_scatter ? buffer_id::input : buffer_id::output;
+  for (std::uint32_t c = 0, chunks = chunk_count(first.bytes, granule_); c < chunks; ++c) {
+    const byte_range piece = chunk_of(first, granule_, c);
+    send_chunk(0, c, source, piece.offset, piece.bytes, out);
+  }
+  return outcome::success();
+}
+
+result<receive_status> ring_pipeline::on_receive(std::uint32_t peer, std::uint32_t step,
+                                                 std::uint32_t chunk,
+                                                 std::span<const std::byte> data,
+                                                 std::vector<send_step>& out) {
+  if (peer != left_ || params_.size < 2 || step >= steps()) return errc::protocol_violation;
+  const byte_range b = block(block_received(step));
+  if (chunk >= chunk_count(b.bytes, granule_)) return errc::protocol_violation;
+  const byte_range where = chunk_of(b, granule_, chunk);
+  if (data.size() != where.bytes) return errc::protocol_violation;
+  if (!started_) return receive_status::not_yet;
+  if (chunk != next_chunk_[step]) return errc::protocol_violation;  // duplicate or reordered
+  VESSEL_TRY(apply(step, chunk, where, data, out));
+  ++next_chunk_[step];
+  ++received_;
+  return receive_status::consumed;
+}
+
+result<void> ring_pipeline::apply(std::uint32_t step, std::uint32_t chunk, byte_range where,
+                                  std::span<const std::byte> data, std::vector<send_step>& out) {
+  const std::uint32_t last_reduce = params_.size - 2;
+  const bool forward = step + 1 < steps();
+  if (kind_ == kind::reduce_scatter) {
+    // Reduce into one chunk of scratch: forwarded at once (the driver copies it before our next
+    // call), or, at the last step, this rank's result. Never writes the input.
+    const auto tmp = buffers_.scratch.first(where.bytes);
+    std::memcpy(tmp.data(), buffers_.input.data() + where.offset, where.bytes);
+    VESSEL_TRY(reduce_into(tmp, data, params_.type, params_.op));
+    if (forward) {
+      send_chunk(step + 1, chunk, buffer_id::scratch, 0, where.bytes, out);
+      return outcome::success();
+    }
+    if (params_.op == reduce_op::avg) {
+      VESSEL_TRY(finish_average(tmp, params_.type, params_.size));
+    }
+    const std::size_t at = where.offset - block(params_.rank).offset;
+    std::memcpy(buffers_.output.data() + at, tmp.data(), tmp.size());
+    return outcome::success();
+  }
+
+  const auto mine = buffers_.output.subspan(where.offset, where.bytes);
+  if (is_reducing_step(step)) {
+    VESSEL_TRY(reduce_into(mine, data, params_.type, params_.op));
+    if (step == last_reduce && params_.op == reduce_op::avg) {
+      VESSEL_TRY(finish_average(mine, params_.type, params_.size));  // final: average once
+    }
+  } else {
+    std::memcpy(mine.data(), data.data(), data.size());
+  }
+  if (forward) send_chunk(step + 1, chunk, buffer_id::output, where.offset, where.bytes, out);
+  return outcome::success();
+}
+
+std::uint32_t ring_pipeline::waiting_for(std::vector<std::uint32_t>& peers) const {
+  if (!started_ || done()) return 0;
+  peers.push_back(left_);
+  for (std::uint32_t s = 0; s < steps(); ++s) {
+    if (next_chunk_[s] < chunk_count(block(block_received(s)).bytes, granule_)) return s;
+  }
+  return steps();
+}
+
+}  // namespace vessel::collectives
