@@ -17,6 +17,7 @@ class collectives_error_category final : public std::error_category {
       case errc::protocol_violation: return "peer sent a chunk the collective cannot accept";
       case errc::invalid_argument: return "invalid collective parameter";
       case errc::unknown_algorithm: return "unknown algorithm for this collective operation";
+      case errc::unsupported_isa: return "instruction set not supported by this CPU";
     }
     return "unknown vessel.collectives error";
   }

@@ -14,6 +14,7 @@ enum class errc {
   invalid_argument,    ///< a parameter outside its domain (rank >= size, zero contributors).
   unknown_algorithm,   ///< an algorithm name (per call or VESSEL_ALGO_<OP>) that is not known
                        ///< or does not implement the operation.
+  unsupported_isa,     ///< a reduction kernel instruction set this CPU does not have.
 };
 
 const std::error_category& collectives_category() noexcept;

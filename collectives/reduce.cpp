@@ -1,207 +1,245 @@
 #include "collectives/reduce.hpp"
 
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <type_traits>
 
 #include "collectives/errc.hpp"
+#include "collectives/half.hpp"
+#include "collectives/reduce_kernels.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace vessel::collectives {
 namespace {
 
-template <class T>
-T load(const std::byte* p) noexcept {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
+using kernel_fn = void (*)(std::byte* inout, const std::byte* in, std::size_t bytes) noexcept;
+
+constexpr bool is_bitwise(reduce_op op) noexcept {
+  return op == reduce_op::band || op == reduce_op::bor || op == reduce_op::bxor;
 }
 
-template <class T>
-void store(std::byte* p, T value) noexcept {
-  std::memcpy(p, &value, sizeof(T));
+template <class T, reduce_op Op>
+void native_portable(std::byte* inout, const std::byte* in, std::size_t bytes) noexcept {
+  kernels::run_blocks<kernels::native_block<T, Op>>(inout, in, bytes);
 }
 
-float f16_to_f32(std::uint16_t h) noexcept {
-  const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
-  std::uint32_t exponent = (h >> 10) & 0x1Fu;
-  std::uint32_t mantissa = h & 0x3FFu;
-  std::uint32_t bits;
-  if (exponent == 0x1F) {
-    bits = sign | 0x7F800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {  // subnormal: normalise
-    exponent = 113;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --exponent;
+template <reduce_op Op>
+void bfloat16_portable(std::byte* inout, const std::byte* in, std::size_t bytes) noexcept {
+  kernels::run_blocks<kernels::bfloat16_block<Op>>(inout, in, bytes);
+}
+
+// Without F16C there is no cheap vector conversion; the scalar one is exact.
+template <reduce_op Op>
+void float16_portable(std::byte* inout, const std::byte* in, std::size_t bytes) noexcept {
+  for (std::size_t at = 0; at < bytes; at += 2) {
+    std::uint16_t a, b;
+    std::memcpy(&a, inout + at, 2);
+    std::memcpy(&b, in + at, 2);
+    float x = float16_to_float(a);
+    kernels::combine<Op, float>(x, float16_to_float(b));
+    a = float_to_float16(x);
+    std::memcpy(inout + at, &a, 2);
+  }
+}
+
+#if defined(__x86_64__)
+#define VESSEL_HAVE_AVX2_KERNELS 1
+
+template <class T, reduce_op Op>
+[[gnu::target("avx2")]] void native_avx2(std::byte* inout, const std::byte* in,
+                                         std::size_t bytes) noexcept {
+  kernels::run_blocks<kernels::native_block<T, Op>>(inout, in, bytes);
+}
+
+template <reduce_op Op>
+[[gnu::target("avx2")]] void bfloat16_avx2(std::byte* inout, const std::byte* in,
+                                           std::size_t bytes) noexcept {
+  kernels::run_blocks<kernels::bfloat16_block<Op>>(inout, in, bytes);
+}
+
+/// Eight halves <-> eight floats per F16C instruction, rounding to nearest-even like
+/// float_to_float16 (NaNs quieted with their upper payload, subnormals kept).
+template <reduce_op Op>
+[[gnu::target("avx2,f16c")]] void float16_f16c(std::byte* inout, const std::byte* in,
+                                               std::size_t bytes) noexcept {
+  constexpr int round = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  std::size_t at = 0;
+  for (; at + 32 <= bytes; at += 32) {
+    __m256 a0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(inout + at)));
+    __m256 a1 =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(inout + at + 16)));
+    const __m256 b0 =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + at)));
+    const __m256 b1 =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + at + 16)));
+    kernels::combine<Op, float>(a0, b0);
+    kernels::combine<Op, float>(a1, b1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(inout + at), _mm256_cvtps_ph(a0, round));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(inout + at + 16), _mm256_cvtps_ph(a1, round));
+  }
+  if (at == bytes) return;
+  alignas(32) std::byte a[32] = {};
+  alignas(32) std::byte b[32] = {};
+  const std::size_t rest = bytes - at;
+  std::memcpy(a, inout + at, rest);
+  std::memcpy(b, in + at, rest);
+  float16_f16c<Op>(a, b, 32);
+  std::memcpy(inout + at, a, rest);
+}
+#endif
+
+template <reduce_op Op>
+kernel_fn select(dtype t, kernel_isa isa) noexcept {
+#if defined(VESSEL_HAVE_AVX2_KERNELS)
+  const bool avx2 = isa == kernel_isa::avx2;
+#define VESSEL_NATIVE(T) (avx2 ? native_avx2<T, Op> : native_portable<T, Op>)
+#else
+  (void)isa;
+#define VESSEL_NATIVE(T) (native_portable<T, Op>)
+#endif
+  switch (t) {
+    case dtype::int8: return VESSEL_NATIVE(std::int8_t);
+    case dtype::uint8: return VESSEL_NATIVE(std::uint8_t);
+    case dtype::int32: return VESSEL_NATIVE(std::int32_t);
+    case dtype::uint32: return VESSEL_NATIVE(std::uint32_t);
+    case dtype::int64: return VESSEL_NATIVE(std::int64_t);
+    case dtype::uint64: return VESSEL_NATIVE(std::uint64_t);
+    default: break;
+  }
+  if constexpr (!is_bitwise(Op)) {
+    switch (t) {
+      case dtype::float32: return VESSEL_NATIVE(float);
+      case dtype::float64: return VESSEL_NATIVE(double);
+#if defined(VESSEL_HAVE_AVX2_KERNELS)
+      case dtype::bfloat16: return avx2 ? bfloat16_avx2<Op> : bfloat16_portable<Op>;
+      case dtype::float16: return avx2 ? float16_f16c<Op> : float16_portable<Op>;
+#else
+      case dtype::bfloat16: return bfloat16_portable<Op>;
+      case dtype::float16: return float16_portable<Op>;
+#endif
+      default: break;
     }
-    bits = sign | (exponent << 23) | ((mantissa & 0x3FFu) << 13);
   }
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
+#undef VESSEL_NATIVE
+  return nullptr;
 }
 
-std::uint16_t f32_to_f16(float f) noexcept {
-  std::uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
-  const std::uint32_t abs = bits & 0x7FFFFFFFu;
-  if (abs > 0x7F800000u) {  // NaN: quiet, keep the top payload bits
-    return static_cast<std::uint16_t>(sign | 0x7E00u | ((abs >> 13) & 0x3FFu));
+kernel_fn select(dtype t, reduce_op op, kernel_isa isa) noexcept {
+  switch (op) {
+    case reduce_op::sum: return select<reduce_op::sum>(t, isa);
+    case reduce_op::prod: return select<reduce_op::prod>(t, isa);
+    case reduce_op::min: return select<reduce_op::min>(t, isa);
+    case reduce_op::max: return select<reduce_op::max>(t, isa);
+    case reduce_op::avg: return select<reduce_op::sum>(t, isa);  // summed, divided at the end
+    case reduce_op::band: return select<reduce_op::band>(t, isa);
+    case reduce_op::bor: return select<reduce_op::bor>(t, isa);
+    case reduce_op::bxor: return select<reduce_op::bxor>(t, isa);
   }
-  if (abs >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // rounds past max
-  if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
-    if (abs < 0x33000000u) return sign;  // below half the smallest subnormal: rounds to zero
-    const std::uint32_t exponent = abs >> 23;
-    const std::uint32_t mantissa = (abs & 0x7FFFFFu) | 0x800000u;
-    const std::uint32_t shift = 126 - exponent;  // 14..24
-    std::uint32_t half = mantissa >> shift;
-    const std::uint32_t rest = mantissa & ((1u << shift) - 1);
-    const std::uint32_t halfway = 1u << (shift - 1);
-    if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
-    return static_cast<std::uint16_t>(sign | half);
-  }
-  std::uint32_t rounded = abs - 0x38000000u;  // rebias 127 -> 15
-  rounded += 0xFFFu + ((rounded >> 13) & 1u);
-  return static_cast<std::uint16_t>(sign | (rounded >> 13));
+  return nullptr;
 }
 
-float bf16_to_f32(std::uint16_t b) noexcept {
-  const std::uint32_t bits = std::uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-std::uint16_t f32_to_bf16(float f) noexcept {
-  std::uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<std::uint16_t>(bits >> 16);
+kernel_isa detect_kernel_isa() noexcept {
+  if (const char* forced = std::getenv("VESSEL_REDUCE_ISA");
+      forced != nullptr && std::string_view{forced} == "portable") {
+    return kernel_isa::portable;
+  }
+  return kernel_isa_supported(kernel_isa::avx2) ? kernel_isa::avx2 : kernel_isa::portable;
 }
 
 template <class T>
-T apply(T a, T b, reduce_op op) noexcept {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    switch (op) {
-      case reduce_op::sum:
-      case reduce_op::avg: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-      case reduce_op::prod: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-      case reduce_op::min: return b < a ? b : a;
-      case reduce_op::max: return a < b ? b : a;
-      case reduce_op::band: return static_cast<T>(a & b);
-      case reduce_op::bor: return static_cast<T>(a | b);
-      case reduce_op::bxor: return static_cast<T>(a ^ b);
-    }
-    return a;
-  } else {
-    switch (op) {
-      case reduce_op::sum:
-      case reduce_op::avg: return a + b;
-      case reduce_op::prod: return a * b;
-      case reduce_op::min: return b != b ? b : (b < a ? b : a);
-      case reduce_op::max: return b != b ? b : (a < b ? b : a);
-      default: return a;
-    }
-  }
-}
-
-template <class T>
-void reduce_scalar(std::byte* inout, const std::byte* in, std::size_t n, reduce_op op) noexcept {
+void divide(std::byte* inout, std::size_t n, std::uint32_t by) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t at = i * sizeof(T);
-    store(inout + at, apply(load<T>(inout + at), load<T>(in + at), op));
+    T value;
+    std::memcpy(&value, inout + i * sizeof(T), sizeof(T));
+    if constexpr (std::is_signed_v<T> && std::is_integral_v<T>) {
+      // In 64 bits: the count may not fit T (int8 with 200 contributors).
+      value = static_cast<T>(std::int64_t{value} / std::int64_t{by});
+    } else if constexpr (std::is_integral_v<T>) {
+      value = static_cast<T>(std::uint64_t{value} / by);
+    } else {
+      value = static_cast<T>(value / static_cast<T>(by));
+    }
+    std::memcpy(inout + i * sizeof(T), &value, sizeof(T));
   }
 }
 
 template <float (*Widen)(std::uint16_t), std::uint16_t (*Narrow)(float)>
-void reduce_half_scalar(std::byte* inout, const std::byte* in, std::size_t n,
-                        reduce_op op) noexcept {
+void divide_half(std::byte* inout, std::size_t n, std::uint32_t by) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t at = i * 2;
-    const float a = Widen(load<std::uint16_t>(inout + at));
-    const float b = Widen(load<std::uint16_t>(in + at));
-    store(inout + at, Narrow(apply(a, b, op)));
+    std::uint16_t value;
+    std::memcpy(&value, inout + 2 * i, 2);
+    value = Narrow(Widen(value) / static_cast<float>(by));
+    std::memcpy(inout + 2 * i, &value, 2);
   }
 }
-
-template <class T>
-void divide_scalar(std::byte* inout, std::size_t n, std::uint32_t by) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t at = i * sizeof(T);
-    if constexpr (std::is_signed_v<T> && std::is_integral_v<T>) {
-      // Divided in 64 bits: the count may not fit T (int8 with 200 contributors).
-      store(inout + at, static_cast<T>(std::int64_t{load<T>(inout + at)} / std::int64_t{by}));
-    } else if constexpr (std::is_integral_v<T>) {
-      store(inout + at, static_cast<T>(std::uint64_t{load<T>(inout + at)} / by));
-    } else {
-      store(inout + at, static_cast<T>(load<T>(inout + at) / static_cast<T>(by)));
-    }
-  }
-}
-
-bool known(dtype t) noexcept { return size_of(t) != 0; }
 
 }  // namespace
 
+bool kernel_isa_supported(kernel_isa isa) noexcept {
+  switch (isa) {
+    case kernel_isa::portable: return true;
+    case kernel_isa::avx2:
+#if defined(VESSEL_HAVE_AVX2_KERNELS)
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+kernel_isa default_kernel_isa() noexcept {
+  static const kernel_isa chosen = detect_kernel_isa();
+  return chosen;
+}
+
+std::string_view to_string(kernel_isa isa) noexcept {
+  switch (isa) {
+    case kernel_isa::portable: return "portable";
+    case kernel_isa::avx2: return "avx2";
+  }
+  return "unknown";
+}
+
+result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> in, dtype t,
+                         reduce_op op, kernel_isa isa) noexcept {
+  if (size_of(t) == 0) return errc::unsupported_type;
+  if (!kernel_isa_supported(isa)) return errc::unsupported_isa;
+  const kernel_fn kernel = select(t, op, isa);
+  if (kernel == nullptr) return errc::unsupported_op;
+  if (inout.size() != in.size() || inout.size() % size_of(t) != 0) return errc::size_mismatch;
+  if (!inout.empty()) kernel(inout.data(), in.data(), inout.size());
+  return outcome::success();
+}
+
 result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> in, dtype t,
                          reduce_op op) noexcept {
-  if (!known(t)) return errc::unsupported_type;
-  if (static_cast<std::uint8_t>(op) > static_cast<std::uint8_t>(reduce_op::bxor)) {
-    return errc::unsupported_op;
-  }
-  if (!supports(t, op)) return errc::unsupported_op;
-  if (inout.size() != in.size() || inout.size() % size_of(t) != 0) return errc::size_mismatch;
-  const std::size_t n = inout.size() / size_of(t);
-  std::byte* out = inout.data();
-  const std::byte* src = in.data();
-  switch (t) {
-    case dtype::int8: reduce_scalar<std::int8_t>(out, src, n, op); break;
-    case dtype::uint8: reduce_scalar<std::uint8_t>(out, src, n, op); break;
-    case dtype::int32: reduce_scalar<std::int32_t>(out, src, n, op); break;
-    case dtype::uint32: reduce_scalar<std::uint32_t>(out, src, n, op); break;
-    case dtype::int64: reduce_scalar<std::int64_t>(out, src, n, op); break;
-    case dtype::uint64: reduce_scalar<std::uint64_t>(out, src, n, op); break;
-    case dtype::float16: reduce_half_scalar<f16_to_f32, f32_to_f16>(out, src, n, op); break;
-    case dtype::bfloat16: reduce_half_scalar<bf16_to_f32, f32_to_bf16>(out, src, n, op); break;
-    case dtype::float32: reduce_scalar<float>(out, src, n, op); break;
-    case dtype::float64: reduce_scalar<double>(out, src, n, op); break;
-  }
-  return outcome::success();
+  return reduce_into(inout, in, t, op, default_kernel_isa());
 }
 
 result<void> finish_average(std::span<std::byte> inout, dtype t,
                             std::uint32_t contributors) noexcept {
-  if (!known(t)) return errc::unsupported_type;
+  if (size_of(t) == 0) return errc::unsupported_type;
   if (contributors == 0) return errc::invalid_argument;
   if (inout.size() % size_of(t) != 0) return errc::size_mismatch;
   const std::size_t n = inout.size() / size_of(t);
   std::byte* out = inout.data();
   switch (t) {
-    case dtype::int8: divide_scalar<std::int8_t>(out, n, contributors); break;
-    case dtype::uint8: divide_scalar<std::uint8_t>(out, n, contributors); break;
-    case dtype::int32: divide_scalar<std::int32_t>(out, n, contributors); break;
-    case dtype::uint32: divide_scalar<std::uint32_t>(out, n, contributors); break;
-    case dtype::int64: divide_scalar<std::int64_t>(out, n, contributors); break;
-    case dtype::uint64: divide_scalar<std::uint64_t>(out, n, contributors); break;
-    case dtype::float32: divide_scalar<float>(out, n, contributors); break;
-    case dtype::float64: divide_scalar<double>(out, n, contributors); break;
-    case dtype::float16:
-      for (std::size_t i = 0; i < n; ++i) {
-        store(out + 2 * i, f32_to_f16(f16_to_f32(load<std::uint16_t>(out + 2 * i)) /
-                                      static_cast<float>(contributors)));
-      }
-      break;
+    case dtype::int8: divide<std::int8_t>(out, n, contributors); break;
+    case dtype::uint8: divide<std::uint8_t>(out, n, contributors); break;
+    case dtype::int32: divide<std::int32_t>(out, n, contributors); break;
+    case dtype::uint32: divide<std::uint32_t>(out, n, contributors); break;
+    case dtype::int64: divide<std::int64_t>(out, n, contributors); break;
+    case dtype::uint64: divide<std::uint64_t>(out, n, contributors); break;
+    case dtype::float32: divide<float>(out, n, contributors); break;
+    case dtype::float64: divide<double>(out, n, contributors); break;
+    case dtype::float16: divide_half<float16_to_float, float_to_float16>(out, n, contributors); break;
     case dtype::bfloat16:
-      for (std::size_t i = 0; i < n; ++i) {
-        store(out + 2 * i, f32_to_bf16(bf16_to_f32(load<std::uint16_t>(out + 2 * i)) /
-                                       static_cast<float>(contributors)));
-      }
+      divide_half<bfloat16_to_float, float_to_bfloat16>(out, n, contributors);
       break;
   }
   return outcome::success();

@@ -5,11 +5,24 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "collectives/dtype.hpp"
 #include "wire/result.hpp"
 
 namespace vessel::collectives {
+
+/// The instruction sets the kernels are compiled for; the best one the CPU has is chosen once.
+enum class kernel_isa : std::uint8_t {
+  portable,  ///< x86-64 baseline (SSE2) or whatever the target's baseline is; scalar float16
+  avx2,      ///< AVX2 (+F16C for float16)
+};
+
+/// The set reduce_into uses: the best the CPU supports, or portable when VESSEL_REDUCE_ISA=portable.
+kernel_isa default_kernel_isa() noexcept;
+/// Whether this CPU can run `isa`.
+bool kernel_isa_supported(kernel_isa isa) noexcept;
+std::string_view to_string(kernel_isa isa) noexcept;
 
 /// inout[i] = inout[i] op in[i] for every element. avg accumulates a sum (see finish_average).
 /// Integers wrap around (two's complement) on sum and prod. float16 and bfloat16 are reduced in
@@ -19,6 +32,10 @@ namespace vessel::collectives {
 /// differ or are not a multiple of size_of(t)).
 result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> in, dtype t,
                          reduce_op op) noexcept;
+/// The same with a chosen instruction set (tests and benchmarks compare them); an unsupported
+/// `isa` is unsupported_isa.
+result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> in, dtype t,
+                         reduce_op op, kernel_isa isa) noexcept;
 
 /// Divides every element by `contributors` once an avg has been summed: integers truncate
 /// toward zero, floats divide (float16/bfloat16 in float32, rounded back).
