@@ -11,7 +11,6 @@
 // loop on the reactor: DESIGN.md).
 
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,17 +27,17 @@
 #include "io/reactor.hpp"
 #include "io/shm_connector.hpp"
 #include "io/shm_transport.hpp"
+#include "tools/vessel_bench/driven_end.hpp"
 #include "tools/vessel_bench/modes.hpp"
 #include "tools/vessel_bench/report.hpp"
+#include "tools/vessel_bench/transport_driver.hpp"
 
 namespace vessel::bench {
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
 constexpr std::size_t shm_fragment = 1u << 20;  // the decoder's default payload limit
 
-[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
+[[noreturn]] void fail(const std::string& what) { bench_fail(what); }
 
 // What a frame asks of the responder. The responder is purely reactive (it needs no copy of the
 // schedule): the transport may deliver the first frame of the next phase in the same receive
@@ -63,39 +62,32 @@ io::shm_config shm_bench_config() {
   return c;
 }
 
-/// One end of the vessel link: a reactor driven by this thread and an shm_transport.
-class shm_end final : public io::transport_handler {
+/// One end of the vessel link: an shm_transport on a driven reactor. Either side may end the
+/// run by closing.
+class shm_end final : public driven_end {
  public:
   /// `responder`: answer frames from the start (start() may already deliver the first ping).
   shm_end(io::shm_channel ch, std::size_t max_bytes, bool responder)
-      : reactor_{config()}, buf_(max_bytes), mode_{responder ? mode::serve : mode::idle} {
-    if (auto r = reactor_.start(); !r) fail("reactor: " + r.error().message());
+      : driven_end{true}, buf_(max_bytes), mode_{responder ? mode::serve : mode::idle} {
     std::memset(buf_.data(), 0x5a, buf_.size());  // touched once, reused by every frame
     transport_ = std::make_unique<io::shm_transport>(reactor_, std::move(ch), *this,
                                                      shm_bench_config());
     transport_->start();
   }
   ~shm_end() override {
-    transport_->close();
-    while (!closed_) reactor_.run_once(std::chrono::milliseconds{100});
+    shutdown(*transport_);
     transport_.reset();
     reactor_.stop();
   }
 
   double pingpong(std::size_t size, std::size_t iters) {
     begin(mode::ping, size, iters);
-    const auto t0 = clock_type::now();
-    send_one(size);
-    drive();
-    return std::chrono::duration<double>(clock_type::now() - t0).count();
+    return exchange([&] { send_one(size); });
   }
   double stream(std::size_t size, std::size_t iters) {
     begin(mode::stream_tx, size, iters);
     to_send_ = size * iters;
-    const auto t0 = clock_type::now();
-    pump();
-    drive();
-    return std::chrono::duration<double>(clock_type::now() - t0).count();
+    return exchange([&] { pump(); });
   }
   /// Responder: answers whatever the initiator sends until it closes the link.
   void serve() {
@@ -138,24 +130,11 @@ class shm_end final : public io::transport_handler {
   void on_writable() override {
     if (mode_ == mode::stream_tx) pump();
   }
-  void on_closed(std::error_code why) override {
-    closed_ = true;
-    if (why != io::make_error_code(io::errc::transport_closed) &&
-        why != io::make_error_code(io::errc::connection_closed)) {
-      error_ = "vessel link ended: " + why.message();
-    }
-  }
 
   const io::shm_stats& counters() const { return transport_->shm_counters(); }
 
  private:
   enum class mode { idle, ping, stream_tx, serve };
-
-  static io::reactor_config config() {
-    io::reactor_config c;
-    c.own_thread = false;  // this thread drives the loop: no hand-off on the measured path
-    return c;
-  }
 
   void begin(mode m, std::size_t size, std::size_t iters) {
     mode_ = m;
@@ -205,16 +184,14 @@ class shm_end final : public io::transport_handler {
     }
   }
 
-  void drive() {
-    while (!done_) {
-      reactor_.run_once(std::chrono::nanoseconds::max());
-      if (!error_.empty()) fail(error_);
-      if (closed_) fail("vessel link closed mid-run");
-    }
+  // Seconds from `kick` until the initiator has its last reply or ack.
+  template <class Kick>
+  double exchange(Kick kick) {
+    const double secs = timed(kick, [this] { return done_; });
     mode_ = mode::idle;
+    return secs;
   }
 
-  io::reactor reactor_;
   std::vector<std::byte> buf_;
   mode mode_ = mode::idle;
   std::unique_ptr<io::shm_transport> transport_;
@@ -223,8 +200,6 @@ class shm_end final : public io::transport_handler {
   bool end_sent_ = false;
   std::uint64_t seq_ = 0;
   bool done_ = false;
-  bool closed_ = false;
-  std::string error_;
 };
 
 /// The peer: one thread copying between two touched buffers.
@@ -242,77 +217,33 @@ class memcpy_peer {
       // Keep the compiler from merging or dropping the copies.
       asm volatile("" : : "r"(dst_.data()) : "memory");
     }
-    return std::chrono::duration<double>(clock_type::now() - t0).count();
+    return seconds_since(t0);
   }
 
  private:
   std::vector<std::byte> src_, dst_;
 };
 
-struct shm_plan {
-  std::vector<std::size_t> latency_sizes;
-  std::vector<std::size_t> bandwidth_sizes;
-  std::size_t runs = 5;
-  std::size_t fixed_iterations = 0;
-
-  std::size_t latency_iters(std::size_t size) const {
-    if (fixed_iterations) return fixed_iterations;
-    return size <= 4096 ? 20000 : std::max<std::size_t>(64, (64u << 20) / size);
-  }
-  std::size_t bandwidth_iters(std::size_t size) const {
-    if (fixed_iterations) return fixed_iterations;
-    return std::max<std::size_t>(4, (256u << 20) / size);  // ~256 MiB per run
-  }
-  std::size_t max_size() const {
-    std::size_t m = 1;
-    for (auto s : latency_sizes) m = std::max(m, s);
-    for (auto s : bandwidth_sizes) m = std::max(m, s);
-    return m;
-  }
-};
-
-void respond(const shm_plan& p, io::shm_channel ch) {
-  shm_end v{std::move(ch), p.max_size(), true};
-  v.serve();
-}
-
-void initiate(const shm_plan& p, io::shm_channel ch, const bench_options& opts, report& out) {
+void initiate(const transport_plan& p, io::shm_channel ch, const bench_options& opts,
+              report& out) {
   shm_end v{std::move(ch), p.max_size(), false};
   memcpy_peer m{p.max_size()};
-  const auto add = [&](const char* bench, std::size_t size, const char* metric,
-                       std::vector<double>& mine, std::vector<double>& theirs) {
-    if (opts.verbose) {
-      std::fprintf(stderr, "shm %s %zu B %s:", bench, size, metric);
-      for (std::size_t i = 0; i < mine.size(); ++i)
-        std::fprintf(stderr, " %.3f/%.3f", mine[i], theirs[i]);
-      std::fprintf(stderr, "  (vessel/memcpy)\n");
-    }
-    out.add({bench, "shm", 2, size, metric, median(mine), "memcpy", median(theirs)});
-  };
-  for (auto size : p.latency_sizes) {
-    const auto iters = p.latency_iters(size);
-    v.pingpong(size, iters / 10 + 1);
-    m.copy(size, iters / 10 + 1);
-    std::vector<double> mine, theirs;
-    for (std::size_t r = 0; r < p.runs; ++r) {
-      // Half a round trip against one copy of the same size, in microseconds.
-      mine.push_back(v.pingpong(size, iters) / static_cast<double>(iters) / 2 * 1e6);
-      theirs.push_back(m.copy(size, iters) / static_cast<double>(iters) * 1e6);
-    }
-    add("pingpong", size, "latency", mine, theirs);
-  }
-  for (auto size : p.bandwidth_sizes) {
-    const auto iters = p.bandwidth_iters(size);
-    v.stream(size, 1);
-    m.copy(size, 1);
-    std::vector<double> mine, theirs;
-    const double bytes = static_cast<double>(size) * static_cast<double>(iters);
-    for (std::size_t r = 0; r < p.runs; ++r) {
-      mine.push_back(bytes / v.stream(size, iters) / 1e9);
-      theirs.push_back(bytes / m.copy(size, iters) / 1e9);
-    }
-    add("stream", size, "bandwidth", mine, theirs);
-  }
+  const ab_sides latency{
+      [&](std::size_t size, std::size_t iters) {
+        return half_round_trip_us(v.pingpong(size, iters), iters);
+      },
+      // Against one copy of the same size, in microseconds.
+      [&](std::size_t size, std::size_t iters) {
+        return m.copy(size, iters) / static_cast<double>(iters) * 1e6;
+      }};
+  const ab_sides bandwidth{
+      [&](std::size_t size, std::size_t iters) {
+        return gigabytes_per_second(size, iters, v.stream(size, iters));
+      },
+      [&](std::size_t size, std::size_t iters) {
+        return gigabytes_per_second(size, iters, m.copy(size, iters));
+      }};
+  run_schedule(p, latency, bandwidth, {&out, "shm", "memcpy", opts.verbose});
   if (opts.verbose) {
     const auto& c = v.counters();
     std::fprintf(stderr,
@@ -325,57 +256,28 @@ void initiate(const shm_plan& p, io::shm_channel ch, const bench_options& opts, 
 }
 
 int run_transport_shm(const bench_options& opts, report& out) {
-  shm_plan p;
-  p.runs = opts.runs;
-  p.fixed_iterations = opts.iterations;
-  if (opts.sizes.empty()) {
-    for (std::size_t s = 8; s <= (1u << 20); s *= 8) p.latency_sizes.push_back(s);
-    if (p.latency_sizes.back() != (1u << 20)) p.latency_sizes.push_back(1u << 20);
-    for (std::size_t s = 64u << 10; s <= (64u << 20); s *= 4) p.bandwidth_sizes.push_back(s);
-  } else {
-    for (auto s : opts.sizes) {
-      if (s <= shm_fragment) p.latency_sizes.push_back(s);  // one frame each way
-      if (s >= (64u << 10)) p.bandwidth_sizes.push_back(s);
-    }
-  }
-
+  const auto p = transport_plan::from(opts, shm_fragment, 20000);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     std::fprintf(stderr, "vessel-bench: socketpair failed\n");
     return 1;
   }
-  std::fflush(nullptr);
-  const pid_t child = ::fork();  // before any reactor thread exists
-  if (child < 0) return 1;
-  if (child == 0) {
-    int rc = 0;
-    try {
-      ::close(sv[0]);
-      auto ch = io::shm_handshake(io::shm_fd{sv[1]}, io::shm_role::connector, shm_bench_config());
-      if (!ch) fail("handshake: " + ch.error().message());
-      respond(p, std::move(ch).value());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "vessel-bench shm (responder): %s\n", e.what());
-      rc = 1;
-    }
-    std::fflush(nullptr);
-    ::_exit(rc);
-  }
-  ::close(sv[1]);
-  int rc = 0;
-  try {
-    auto ch = io::shm_handshake(io::shm_fd{sv[0]}, io::shm_role::acceptor, shm_bench_config());
-    if (!ch) fail("handshake: " + ch.error().message());
-    initiate(p, std::move(ch).value(), opts, out);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "vessel-bench shm (initiator): %s\n", e.what());
-    ::kill(child, SIGKILL);
-    rc = 1;
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
-  return rc;
+  // The responder is purely reactive: it needs no copy of the schedule.
+  return run_two_processes(
+      "shm",
+      [&] {
+        ::close(sv[0]);
+        auto ch = io::shm_handshake(io::shm_fd{sv[1]}, io::shm_role::connector, shm_bench_config());
+        if (!ch) fail("handshake: " + ch.error().message());
+        shm_end v{std::move(ch).value(), p.max_size(), true};
+        v.serve();
+      },
+      [&] {
+        ::close(sv[1]);
+        auto ch = io::shm_handshake(io::shm_fd{sv[0]}, io::shm_role::acceptor, shm_bench_config());
+        if (!ch) fail("handshake: " + ch.error().message());
+        initiate(p, std::move(ch).value(), opts, out);
+      });
 }
 
 }  // namespace

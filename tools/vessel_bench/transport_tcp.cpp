@@ -8,7 +8,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,17 +25,17 @@
 #include "io/reactor.hpp"
 #include "io/tcp_socket.hpp"
 #include "io/tcp_transport.hpp"
+#include "tools/vessel_bench/driven_end.hpp"
 #include "tools/vessel_bench/modes.hpp"
 #include "tools/vessel_bench/report.hpp"
+#include "tools/vessel_bench/transport_driver.hpp"
 
 namespace vessel::bench {
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
 constexpr std::size_t fragment_bytes = 1u << 20;  // the decoder's default payload limit
 
-[[noreturn]] void die(const std::string& what) { throw std::runtime_error(what); }
+[[noreturn]] void die(const std::string& what) { bench_fail(what); }
 
 wire::frame_header header_for(std::uint64_t seq, std::size_t len) {
   wire::frame_header h;
@@ -50,20 +49,18 @@ wire::frame_header header_for(std::uint64_t seq, std::size_t len) {
 
 // -- vessel side -------------------------------------------------------------------------------
 
-/// One end of the vessel connection: a reactor driven by this thread and a tcp_transport.
-class vessel_end final : public io::transport_handler {
+/// One end of the vessel connection: a tcp_transport on a driven reactor.
+class vessel_end final : public driven_end {
  public:
   explicit vessel_end(int fd)
-      : reactor_{config()}, pool_{io::buffer_pool_config{{{fragment_bytes, 4}}, true}} {
-    if (auto r = reactor_.start(); !r) die("reactor: " + r.error().message());
+      : driven_end{false}, pool_{io::buffer_pool_config{{{fragment_bytes, 4}}, true}} {
     block_ = pool_.try_acquire(fragment_bytes);
     std::memset(block_.data(), 0x5a, block_.size());  // touched once, reused by every frame
     transport_ = std::make_unique<io::tcp_transport>(reactor_, fd, *this);
     transport_->start();
   }
   ~vessel_end() override {
-    transport_->close();
-    while (!closed_) reactor_.run_once(std::chrono::milliseconds{100});
+    shutdown(*transport_);
     transport_.reset();
     block_.reset();
     reactor_.stop();
@@ -72,30 +69,24 @@ class vessel_end final : public io::transport_handler {
   /// Initiator: `iters` round trips of `size` bytes; returns seconds.
   double pingpong(std::size_t size, std::size_t iters) {
     begin(mode::ping, size, iters);
-    const auto t0 = clock_type::now();
-    send_one(size);
-    drive();
-    return std::chrono::duration<double>(clock_type::now() - t0).count();
+    return exchange([&] { send_one(size); });
   }
   /// Responder: echoes `iters` frames.
   void serve_pingpong(std::size_t size, std::size_t iters) {
     begin(mode::pong, size, iters);
-    drive();
+    exchange([] {});
   }
   /// Sender: `iters` messages of `size` bytes in 1 MiB fragments, until the receiver's ack.
   double stream(std::size_t size, std::size_t iters) {
     begin(mode::stream_tx, size, iters);
     to_send_ = size * iters;
-    const auto t0 = clock_type::now();
-    pump();
-    drive();
-    return std::chrono::duration<double>(clock_type::now() - t0).count();
+    return exchange([&] { pump(); });
   }
   /// Receiver: takes size * iters bytes, then acks.
   void serve_stream(std::size_t size, std::size_t iters) {
     begin(mode::stream_rx, size, iters);
     to_receive_ = size * iters;
-    drive();
+    exchange([] {});
   }
 
   void on_frame(const wire::frame_header&, std::span<const std::byte> payload,
@@ -126,24 +117,9 @@ class vessel_end final : public io::transport_handler {
   void on_writable() override {
     if (mode_ == mode::stream_tx) pump();
   }
-  void on_closed(std::error_code why) override {
-    // Handlers run inside the reactor's completion loop: record, and let drive() report it.
-    closed_ = true;
-    if (why != io::make_error_code(io::errc::transport_closed))
-      error_ = "vessel connection ended: " + why.message();
-  }
 
  private:
   enum class mode { idle, ping, pong, stream_tx, stream_rx };
-
-  static io::reactor_config config() {
-    io::reactor_config c;
-    c.own_thread = false;  // this thread drives the loop: no hand-off on the measured path
-    // SEND_ZC is left to tcp_transport, which never uses it towards a loopback peer (it halved
-    // this bench's bandwidth there). busy_poll stays off (the reactor's default): on these
-    // 2-core machines a spinning end steals the core its peer needs to reply.
-    return c;
-  }
 
   void begin(mode m, std::size_t size, std::size_t iters) {
     mode_ = m;
@@ -154,6 +130,15 @@ class vessel_end final : public io::transport_handler {
     received_ = 0;
     to_send_ = 0;
     seq_ = 0;
+  }
+
+  // Seconds from `kick` until the exchange is over and our last frame is on the wire (the peer
+  // then switches to the plain-socket phase, where nothing would flush it).
+  template <class Kick>
+  double exchange(Kick kick) {
+    const double secs = timed(kick, [this] { return done_ && transport_->queued_bytes() == 0; });
+    mode_ = mode::idle;
+    return secs;
   }
 
   void send_one(std::size_t size) {
@@ -175,20 +160,6 @@ class vessel_end final : public io::transport_handler {
     }
   }
 
-  // Runs the loop until the exchange is over and our last frame is on the wire (the peer then
-  // switches to the plain-socket phase, where nothing would flush it).
-  void drive() {
-    while (!done_ || transport_->queued_bytes() > 0) {
-      // No deadline: a timed wait arms an hrtimer per turn. A dead peer ends the wait anyway
-      // (the recv completes with EOF or a reset).
-      reactor_.run_once(std::chrono::nanoseconds::max());
-      if (!error_.empty()) die(error_);
-      if (closed_) die("vessel connection closed mid-run");
-    }
-    mode_ = mode::idle;
-  }
-
-  io::reactor reactor_;
   io::buffer_pool pool_;
   io::buffer block_;
   std::unique_ptr<io::tcp_transport> transport_;
@@ -197,8 +168,6 @@ class vessel_end final : public io::transport_handler {
   std::size_t to_send_ = 0, to_receive_ = 0, received_ = 0;
   std::uint64_t seq_ = 0;
   bool done_ = false;
-  bool closed_ = false;
-  std::string error_;  // set by a handler, thrown by drive()
 };
 
 // -- plain-socket peer -------------------------------------------------------------------------
@@ -215,7 +184,7 @@ class plain_end {
       send_all(size);
       recv_all(size);
     }
-    return std::chrono::duration<double>(clock_type::now() - t0).count();
+    return seconds_since(t0);
   }
   void serve_pingpong(std::size_t size, std::size_t iters) {
     for (std::size_t i = 0; i < iters; ++i) {
@@ -227,7 +196,7 @@ class plain_end {
     const auto t0 = clock_type::now();
     for (std::size_t i = 0; i < iters; ++i) send_all(size);
     recv_all(1);
-    return std::chrono::duration<double>(clock_type::now() - t0).count();
+    return seconds_since(t0);
   }
   void serve_stream(std::size_t size, std::size_t iters) {
     for (std::size_t i = 0; i < iters; ++i) recv_all(size);
@@ -254,29 +223,7 @@ class plain_end {
   std::vector<std::byte> buf_;
 };
 
-// -- the schedule both processes follow --------------------------------------------------------
-
-struct plan {
-  std::vector<std::size_t> latency_sizes;
-  std::vector<std::size_t> bandwidth_sizes;
-  std::size_t runs = 5;
-  std::size_t fixed_iterations = 0;
-
-  std::size_t latency_iters(std::size_t size) const {
-    if (fixed_iterations) return fixed_iterations;
-    return size <= 4096 ? 5000 : std::max<std::size_t>(64, (64u << 20) / size);
-  }
-  std::size_t bandwidth_iters(std::size_t size) const {
-    if (fixed_iterations) return fixed_iterations;
-    return std::max<std::size_t>(4, (256u << 20) / size);  // ~256 MiB per run
-  }
-  std::size_t max_size() const {
-    std::size_t m = 1;
-    for (auto s : latency_sizes) m = std::max(m, s);
-    for (auto s : bandwidth_sizes) m = std::max(m, s);
-    return m;
-  }
-};
+// -- the two processes -------------------------------------------------------------------------
 
 int listen_loopback(std::uint16_t& port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -303,119 +250,59 @@ int connect_nodelay(std::uint16_t port) {
   return fd;
 }
 
-// The responder: mirrors the initiator's loop exactly.
-void respond(const plan& p, int vessel_fd, int plain_fd) {
+// The responder walks the same schedule, serving each exchange the initiator times.
+void respond(const transport_plan& p, int vessel_fd, int plain_fd) {
   vessel_end v{vessel_fd};
   plain_end s{plain_fd, p.max_size()};
-  for (auto size : p.latency_sizes) {
-    const auto iters = p.latency_iters(size);
-    v.serve_pingpong(size, iters / 10 + 1);  // warm-up
-    s.serve_pingpong(size, iters / 10 + 1);
-    for (std::size_t r = 0; r < p.runs; ++r) {
-      v.serve_pingpong(size, iters);
-      s.serve_pingpong(size, iters);
-    }
-  }
-  for (auto size : p.bandwidth_sizes) {
-    const auto iters = p.bandwidth_iters(size);
-    v.serve_stream(size, 1);  // warm-up
-    s.serve_stream(size, 1);
-    for (std::size_t r = 0; r < p.runs; ++r) {
-      v.serve_stream(size, iters);
-      s.serve_stream(size, iters);
-    }
-  }
+  const ab_sides latency{
+      [&](std::size_t size, std::size_t iters) { return v.serve_pingpong(size, iters), 0.0; },
+      [&](std::size_t size, std::size_t iters) { return s.serve_pingpong(size, iters), 0.0; }};
+  const ab_sides bandwidth{
+      [&](std::size_t size, std::size_t iters) { return v.serve_stream(size, iters), 0.0; },
+      [&](std::size_t size, std::size_t iters) { return s.serve_stream(size, iters), 0.0; }};
+  run_schedule(p, latency, bandwidth);
 }
 
-void initiate(const plan& p, int vessel_fd, int plain_fd, const bench_options& opts, report& out) {
+void initiate(const transport_plan& p, int vessel_fd, int plain_fd, const bench_options& opts,
+              report& out) {
   vessel_end v{vessel_fd};
   plain_end s{plain_fd, p.max_size()};
-  const auto add = [&](const char* bench, std::size_t size, const char* metric,
-                       std::vector<double>& mine, std::vector<double>& theirs) {
-    if (opts.verbose) {
-      std::fprintf(stderr, "%s %zu B %s:", bench, size, metric);
-      for (std::size_t i = 0; i < mine.size(); ++i)
-        std::fprintf(stderr, " %.3f/%.3f", mine[i], theirs[i]);
-      std::fprintf(stderr, "  (vessel/socket)\n");
-    }
-    out.add({bench, "tcp", 2, size, metric, median(mine), "socket", median(theirs)});
-  };
-  for (auto size : p.latency_sizes) {
-    const auto iters = p.latency_iters(size);
-    v.pingpong(size, iters / 10 + 1);
-    s.pingpong(size, iters / 10 + 1);
-    std::vector<double> mine, theirs;
-    for (std::size_t r = 0; r < p.runs; ++r) {
-      // Half a round trip, in microseconds.
-      mine.push_back(v.pingpong(size, iters) / static_cast<double>(iters) / 2 * 1e6);
-      theirs.push_back(s.pingpong(size, iters) / static_cast<double>(iters) / 2 * 1e6);
-    }
-    add("pingpong", size, "latency", mine, theirs);
-  }
-  for (auto size : p.bandwidth_sizes) {
-    const auto iters = p.bandwidth_iters(size);
-    v.stream(size, 1);
-    s.stream(size, 1);
-    std::vector<double> mine, theirs;
-    const double bytes = static_cast<double>(size) * static_cast<double>(iters);
-    for (std::size_t r = 0; r < p.runs; ++r) {
-      mine.push_back(bytes / v.stream(size, iters) / 1e9);
-      theirs.push_back(bytes / s.stream(size, iters) / 1e9);
-    }
-    add("stream", size, "bandwidth", mine, theirs);
-  }
+  const ab_sides latency{
+      [&](std::size_t size, std::size_t iters) {
+        return half_round_trip_us(v.pingpong(size, iters), iters);
+      },
+      [&](std::size_t size, std::size_t iters) {
+        return half_round_trip_us(s.pingpong(size, iters), iters);
+      }};
+  const ab_sides bandwidth{
+      [&](std::size_t size, std::size_t iters) {
+        return gigabytes_per_second(size, iters, v.stream(size, iters));
+      },
+      [&](std::size_t size, std::size_t iters) {
+        return gigabytes_per_second(size, iters, s.stream(size, iters));
+      }};
+  run_schedule(p, latency, bandwidth, {&out, "tcp", "socket", opts.verbose});
 }
 
 int run_transport_tcp(const bench_options& opts, report& out) {
-  plan p;
-  p.runs = opts.runs;
-  p.fixed_iterations = opts.iterations;
-  if (opts.sizes.empty()) {
-    for (std::size_t s = 8; s <= (1u << 20); s *= 8) p.latency_sizes.push_back(s);
-    if (p.latency_sizes.back() != (1u << 20)) p.latency_sizes.push_back(1u << 20);
-    for (std::size_t s = 64u << 10; s <= (64u << 20); s *= 4) p.bandwidth_sizes.push_back(s);
-  } else {
-    for (auto s : opts.sizes) {
-      if (s <= fragment_bytes) p.latency_sizes.push_back(s);  // one frame each way
-      if (s >= (64u << 10)) p.bandwidth_sizes.push_back(s);
-    }
-  }
-
+  const auto p = transport_plan::from(opts, fragment_bytes, 5000);
   std::uint16_t vessel_port = 0, plain_port = 0;
   const int vessel_lfd = listen_loopback(vessel_port);
   const int plain_lfd = listen_loopback(plain_port);
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  if (child < 0) die("fork failed");
-  if (child == 0) {
-    int rc = 0;
-    try {
-      ::close(vessel_lfd);
-      ::close(plain_lfd);
-      respond(p, connect_nodelay(vessel_port), connect_nodelay(plain_port));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "vessel-bench (responder): %s\n", e.what());
-      rc = 1;
-    }
-    std::fflush(nullptr);
-    ::_exit(rc);
-  }
-  int rc = 0;
-  try {
-    const int vfd = accept_nodelay(vessel_lfd);
-    const int pfd = accept_nodelay(plain_lfd);
-    ::close(vessel_lfd);
-    ::close(plain_lfd);
-    initiate(p, vfd, pfd, opts, out);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "vessel-bench (initiator): %s\n", e.what());
-    ::kill(child, SIGKILL);
-    rc = 1;
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
-  return rc;
+  return run_two_processes(
+      "tcp",
+      [&] {
+        ::close(vessel_lfd);
+        ::close(plain_lfd);
+        respond(p, connect_nodelay(vessel_port), connect_nodelay(plain_port));
+      },
+      [&] {
+        const int vfd = accept_nodelay(vessel_lfd);
+        const int pfd = accept_nodelay(plain_lfd);
+        ::close(vessel_lfd);
+        ::close(plain_lfd);
+        initiate(p, vfd, pfd, opts, out);
+      });
 }
 
 }  // namespace
