@@ -1,0 +1,47 @@
+#pragma once
+// Broadcast down a tree, pipelined by chunks: a rank forwards chunk c to its children as soon as
+// chunk c arrives from its parent, so a large message streams down every level at once. The tree
+// shape (binomial, chain) is given by the subclass; everything else is shared.
+//
+// Buffers: the root reads input (count elements) and also leaves them in output; every other
+// rank receives into output. In place at the root: input aliases output. Steps: one per chunk,
+// step 0, chunk = chunk index; chunks from the parent arrive in order (links are ordered).
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+#include "collectives/algorithms/algorithm.hpp"
+#include "collectives/algorithms/chunk_layout.hpp"
+
+namespace vessel::collectives {
+
+class tree_broadcast : public algorithm {
+ public:
+  result<void> start(const algorithm_buffers& buffers, std::vector<send_step>& out) override;
+  result<receive_status> on_receive(std::uint32_t peer, std::uint32_t step, std::uint32_t chunk,
+                                    std::span<const std::byte> data,
+                                    std::vector<send_step>& out) override;
+  bool done() const noexcept override;
+  std::uint32_t waiting_for(std::vector<std::uint32_t>& peers) const override;
+
+ protected:
+  explicit tree_broadcast(const algorithm_params& params) noexcept;
+  /// Sets the shape: `children` in the order each chunk goes out (the critical path first).
+  void set_shape(std::uint32_t parent, std::span<const std::uint32_t> children) noexcept;
+
+  const algorithm_params params_;
+
+ private:
+  void forward(std::size_t chunk, buffer_id from, std::vector<send_step>& out) const;
+
+  std::uint32_t parent_ = 0;
+  std::array<std::uint32_t, 32> children_{};
+  std::size_t child_count_ = 0;
+  chunk_layout layout_;
+  algorithm_buffers buffers_;
+  std::size_t received_ = 0;  ///< chunks received from the parent (in order)
+  bool started_ = false;
+};
+
+}  // namespace vessel::collectives
