@@ -22,14 +22,15 @@ constexpr bool is_bitwise(reduce_op op) noexcept {
   return op == reduce_op::band || op == reduce_op::bor || op == reduce_op::bxor;
 }
 
+// 16-byte vectors: SSE2 on x86-64, NEON on AArch64.
 template <class T, reduce_op Op>
 void native_portable(std::byte* inout, const std::byte* in, std::size_t bytes) noexcept {
-  kernels::run_blocks<kernels::native_block<T, Op>>(inout, in, bytes);
+  kernels::run_blocks<kernels::native_block<T, Op, 16>>(inout, in, bytes);
 }
 
 template <reduce_op Op>
 void bfloat16_portable(std::byte* inout, const std::byte* in, std::size_t bytes) noexcept {
-  kernels::run_blocks<kernels::bfloat16_block<Op>>(inout, in, bytes);
+  kernels::run_blocks<kernels::bfloat16_block<Op, 16>>(inout, in, bytes);
 }
 
 // Without F16C there is no cheap vector conversion; the scalar one is exact.
@@ -52,13 +53,13 @@ void float16_portable(std::byte* inout, const std::byte* in, std::size_t bytes) 
 template <class T, reduce_op Op>
 [[gnu::target("avx2")]] void native_avx2(std::byte* inout, const std::byte* in,
                                          std::size_t bytes) noexcept {
-  kernels::run_blocks<kernels::native_block<T, Op>>(inout, in, bytes);
+  kernels::run_blocks<kernels::native_block<T, Op, 32>>(inout, in, bytes);
 }
 
 template <reduce_op Op>
 [[gnu::target("avx2")]] void bfloat16_avx2(std::byte* inout, const std::byte* in,
                                            std::size_t bytes) noexcept {
-  kernels::run_blocks<kernels::bfloat16_block<Op>>(inout, in, bytes);
+  kernels::run_blocks<kernels::bfloat16_block<Op, 32>>(inout, in, bytes);
 }
 
 /// Eight halves <-> eight floats per F16C instruction, rounding to nearest-even like

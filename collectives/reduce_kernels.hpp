@@ -13,8 +13,8 @@
 
 namespace vessel::collectives::kernels {
 
-/// Bytes of each operand handled per loop iteration: two 64-byte vectors (four AVX2 registers,
-/// eight SSE2 ones) keep enough loads in flight to stream at memory bandwidth.
+/// Bytes of each operand handled per loop iteration: four AVX2 registers (eight SSE2 ones) keep
+/// enough loads in flight to stream at memory bandwidth.
 inline constexpr std::size_t block_bytes = 128;
 
 template <class T, std::size_t Bytes>
@@ -34,6 +34,13 @@ struct lane<T, Op> {
 template <class T, reduce_op Op>
 using lane_t = typename lane<T, Op>::type;
 
+/// a = mask ? b : a per lane, mask lanes all ones or all zeros. Spelled with and/or because GCC
+/// lowers a vector ?: wider than the hardware's registers lane by lane into scalar code.
+template <class V, class M>
+[[gnu::always_inline]] inline void assign_where(V& a, const M& mask, const V& b) noexcept {
+  a = reinterpret_cast<V>((reinterpret_cast<M>(b) & mask) | (reinterpret_cast<M>(a) & ~mask));
+}
+
 /// a = a op b, lane by lane; V is a vector of Lane (or Lane itself).
 template <reduce_op Op, class Lane, class V>
 [[gnu::always_inline]] inline void combine(V& a, const V& b) noexcept {
@@ -42,13 +49,23 @@ template <reduce_op Op, class Lane, class V>
   } else if constexpr (Op == reduce_op::prod) {
     a = a * b;
   } else if constexpr (Op == reduce_op::min || Op == reduce_op::max) {
-    if constexpr (Op == reduce_op::min) {
-      a = b < a ? b : a;  // equal operands (+0, -0) keep a
+    if constexpr (std::is_arithmetic_v<V>) {  // a scalar (the portable float16 loop)
+      if constexpr (Op == reduce_op::min) {
+        a = b < a ? b : a;
+      } else {
+        a = a < b ? b : a;
+      }
+      if constexpr (std::is_floating_point_v<Lane>) a = b != b ? b : a;
     } else {
-      a = a < b ? b : a;
+      // Equal operands (+0, -0) keep a.
+      if constexpr (Op == reduce_op::min) {
+        assign_where(a, b < a, b);
+      } else {
+        assign_where(a, a < b, b);
+      }
+      // NaN propagates from either side; a NaN a already survived the compare above.
+      if constexpr (std::is_floating_point_v<Lane>) assign_where(a, b != b, b);
     }
-    // NaN propagates from either side; a NaN a already survived the compare above.
-    if constexpr (std::is_floating_point_v<Lane>) a = b != b ? b : a;
   } else if constexpr (Op == reduce_op::band) {
     a = a & b;
   } else if constexpr (Op == reduce_op::bor) {
@@ -70,41 +87,56 @@ template <class V>
   std::memcpy(p, &v, sizeof v);
 }
 
-/// One block of a natively supported type.
-template <class T, reduce_op Op>
+/// One block of a natively supported type, in vectors of VB bytes: the register width of the
+/// instruction set (16 for SSE2, 32 for AVX2). Wider generic vectors would be split by GCC, but
+/// their compares are split into scalar code.
+template <class T, reduce_op Op, std::size_t VB>
 [[gnu::always_inline]] inline void native_block(std::byte* inout, const std::byte* in) noexcept {
   using Lane = lane_t<T, Op>;
-  using V = vec<Lane, block_bytes / 2>;
-  V a0, a1, b0, b1;
-  load(a0, inout);
-  load(a1, inout + sizeof(V));
-  load(b0, in);
-  load(b1, in + sizeof(V));
-  combine<Op, Lane>(a0, b0);
-  combine<Op, Lane>(a1, b1);
-  store(inout, a0);
-  store(inout + sizeof(V), a1);
+  using V = vec<Lane, VB>;
+  // A constant trip count: GCC unrolls it and keeps every vector in a register.
+  for (std::size_t at = 0; at < block_bytes; at += VB) {
+    V a, b;
+    load(a, inout + at);
+    load(b, in + at);
+    combine<Op, Lane>(a, b);
+    store(inout + at, a);
+  }
 }
 
-/// One block of bfloat16: widened to float32 (a shift), combined, rounded to nearest-even.
-template <reduce_op Op>
+/// Rounds float32 bit patterns to bfloat16 (nearest-even, NaN quieted) in the upper 16 bits of
+/// each lane; the lower 16 bits are garbage.
+template <class W>
+[[gnu::always_inline]] inline void round_to_bfloat16_high(W& bits) noexcept {
+  using S = vec<std::int32_t, sizeof(W)>;
+  // A signed compare on the magnitude: x86 has no unsigned vector compare, and GCC would
+  // otherwise split it into scalar ones.
+  const auto is_nan = reinterpret_cast<S>(bits & 0x7FFFFFFFu) > 0x7F800000;
+  const W quiet_nan = bits | 0x00400000u;
+  bits = bits + 0x7FFFu + ((bits >> 16) & 1u);
+  assign_where(bits, reinterpret_cast<W>(is_nan), quiet_nan);
+}
+
+/// One block of bfloat16. Each 32-bit lane holds two elements: the upper one is already a float32
+/// once its lower half is masked off, the lower one once shifted up. Everything stays in 32-bit
+/// lanes, so neither SSE2 nor AVX2 needs a widening or narrowing shuffle.
+template <reduce_op Op, std::size_t VB>
 [[gnu::always_inline]] inline void bfloat16_block(std::byte* inout, const std::byte* in) noexcept {
-  using H = vec<std::uint16_t, block_bytes / 2>;
-  using W = vec<std::uint32_t, block_bytes>;
-  using F = vec<float, block_bytes>;
-  for (std::size_t half = 0; half < 2; ++half) {
-    const std::size_t at = half * sizeof(H);
-    H ha, hb;
-    load(ha, inout + at);
-    load(hb, in + at);
-    F a = reinterpret_cast<F>(__builtin_convertvector(ha, W) << 16);
-    const F b = reinterpret_cast<F>(__builtin_convertvector(hb, W) << 16);
-    combine<Op, float>(a, b);
-    const W bits = reinterpret_cast<W>(a);
-    const W rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    const W quiet_nan = (bits >> 16) | 0x40u;
-    const W narrowed = (bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded;
-    store(inout + at, __builtin_convertvector(narrowed, H));
+  using W = vec<std::uint32_t, VB>;
+  using F = vec<float, VB>;
+  for (std::size_t at = 0; at < block_bytes; at += VB) {
+    W a, b;
+    load(a, inout + at);
+    load(b, in + at);
+    F a_low = reinterpret_cast<F>(a << 16);
+    F a_high = reinterpret_cast<F>(a & 0xFFFF0000u);
+    combine<Op, float>(a_low, reinterpret_cast<F>(b << 16));
+    combine<Op, float>(a_high, reinterpret_cast<F>(b & 0xFFFF0000u));
+    W low = reinterpret_cast<W>(a_low);
+    W high = reinterpret_cast<W>(a_high);
+    round_to_bfloat16_high(low);
+    round_to_bfloat16_high(high);
+    store(inout + at, W{(low >> 16) | (high & 0xFFFF0000u)});
   }
 }
 
