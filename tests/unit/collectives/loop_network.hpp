@@ -47,6 +47,7 @@ class loop_network {
       : ranks_(std::move(ranks)),
         buffers_(std::move(buffers)),
         spans_(ranks_.size()),
+        started_(ranks_.size(), false),
         random_(seed) {
     for (std::size_t r = 0; r < ranks_.size(); ++r) {
       buffers_[r].scratch.resize(ranks_[r]->scratch_bytes());
@@ -57,6 +58,8 @@ class loop_network {
   algorithm& rank(std::uint32_t r) { return *ranks_[r]; }
   rank_buffers& buffers(std::uint32_t r) { return buffers_[r]; }
   std::size_t delivered() const { return delivered_; }
+  /// Chunks offered to a started rank and answered not_yet (each offer counts).
+  std::size_t refusals() const { return refusals_; }
   bool quiet() const { return active_.empty(); }
   bool stalled() const { return stalled_; }
   bool all_done() const {
@@ -75,6 +78,7 @@ class loop_network {
     std::vector<send_step> out;
     auto started = ranks_[r]->start(spans, out);
     if (!started) return started.error();
+    started_[r] = true;
     post(r, out);
     ++generation_;  // a started rank may accept what it refused before
     refused_ = 0;
@@ -117,6 +121,7 @@ class loop_network {
       if (status.value() == receive_status::not_yet) {
         refused_at = generation_;
         ++refused_;
+        if (started_[to]) ++refusals_;
         continue;
       }
       queue.pop_front();
@@ -166,7 +171,6 @@ class loop_network {
       auto& queue = queues_[key];
       if (queue.empty()) activate(key);
       queue.push_back(std::move(m));
-      ++sent_;
     }
   }
 
@@ -185,6 +189,7 @@ class loop_network {
   std::vector<std::unique_ptr<algorithm>> ranks_;
   std::vector<rank_buffers> buffers_;
   std::vector<algorithm_buffers> spans_;  ///< what each rank was started with
+  std::vector<bool> started_;
   std::mt19937_64 random_;
   std::unordered_map<std::uint64_t, std::deque<message>> queues_;
   std::unordered_map<std::uint64_t, std::size_t> position_;
@@ -194,7 +199,7 @@ class loop_network {
   bool stalled_ = false;
   std::size_t refused_ = 0;  ///< distinct queues refused since the last progress
   std::size_t delivered_ = 0;
-  std::size_t sent_ = 0;
+  std::size_t refusals_ = 0;
 };
 
 }  // namespace vessel::collectives::testing
