@@ -71,6 +71,9 @@ result<void> ring_pipeline::start(const algorithm_buffers& buffers, std::vector<
   if (!supports(params_.type, params_.op)) return errc::unsupported_op;
   const std::uint32_t p = params_.size;
   if (p == 0 || params_.rank >= p) return errc::invalid_argument;
+  if (params_.count > static_cast<std::size_t>(-1) / element_bytes_ / p) {
+    return errc::invalid_argument;  // count * element * size would wrap
+  }
 
   const std::size_t block_bytes = params_.count * element_bytes_;
   const std::size_t whole = kind_ == kind::allreduce ? block_bytes : block_bytes * p;

@@ -13,6 +13,10 @@ result<void> stepwise_algorithm::check_params() const noexcept {
   if (size_of(params_.type) == 0) return errc::unsupported_type;
   if (!supports(params_.type, params_.op)) return errc::unsupported_op;
   if (params_.size == 0 || params_.rank >= params_.size) return errc::invalid_argument;
+  // count * element * size must not wrap (allgather's output is that big).
+  if (params_.count > static_cast<std::size_t>(-1) / element_bytes_ / params_.size) {
+    return errc::invalid_argument;
+  }
   return outcome::success();
 }
 

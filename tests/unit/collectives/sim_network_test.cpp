@@ -1,0 +1,327 @@
+// The simulated network's model (alpha-beta, serialised links, pipelining), its faults (link
+// outage, delay, killed rank with the hang report), determinism under seeded randomness, and
+// step_driver's handling of chunks from a peer a round ahead.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "collectives/algorithms/rabenseifner_allreduce.hpp"
+#include "collectives/algorithms/recursive_doubling_allreduce.hpp"
+#include "collectives/algorithms/ring_allgather.hpp"
+#include "collectives/algorithms/ring_allreduce.hpp"
+#include "collectives/errc.hpp"
+#include "collectives/sim/driver.hpp"
+#include "sim_harness.hpp"
+
+namespace vessel::collectives {
+namespace {
+
+using namespace vessel::collectives::testing;
+
+template <class A>
+factory make_factory() {
+  return [](const algorithm_params& p) { return std::make_unique<A>(p); };
+}
+
+algorithm_params params_of(std::uint32_t size, std::size_t count, std::size_t chunk_bytes,
+                           reduce_op op = reduce_op::sum) {
+  algorithm_params p;
+  p.size = size;
+  p.count = count;
+  p.type = dtype::int32;
+  p.op = op;
+  p.chunk_bytes = chunk_bytes;
+  return p;
+}
+
+std::vector<bytes> inputs_of(const algorithm_params& p, std::size_t elements) {
+  std::vector<bytes> inputs;
+  for (std::uint32_t r = 0; r < p.size; ++r) {
+    inputs.push_back(exact_input(p.type, p.op, r, p.size, elements));
+  }
+  return inputs;
+}
+
+void expect_reference(shape s, const algorithm_params& p, const sim_run& run) {
+  const auto expected = expected_outputs(s, p, run.inputs);
+  for (std::uint32_t r = 0; r < p.size; ++r) EXPECT_EQ(run.outputs[r], expected[r]) << r;
+}
+
+sim::network_config model(double alpha, double beta) {
+  sim::network_config c;
+  c.link.alpha_s = alpha;
+  c.link.beta_s_per_byte = beta;
+  return c;
+}
+
+TEST(CollectivesSimNetwork, OneMessageTakesAlphaPlusBytesTimesBeta) {
+  // Two-rank allgather of 1000 int32 in one chunk: each rank sends one 4000-byte message.
+  const auto p = params_of(2, 1000, 1 << 20);
+  run_options options;
+  options.config = model(1e-5, 1e-9);
+  const auto run = run_collective(make_factory<ring_allgather>(), shape::allgather, p,
+                                  inputs_of(p, 1000), options);
+  ASSERT_TRUE(run.report.completed()) << run.report.explain();
+  EXPECT_DOUBLE_EQ(run.report.completion_s, 1e-5 + 4000 * 1e-9);
+  EXPECT_EQ(run.report.messages, 2u);
+  EXPECT_EQ(run.report.bytes, 8000u);
+}
+
+TEST(CollectivesSimNetwork, ChunksOnOneLinkAreSerialisedButTheirLatencyOverlaps) {
+  // Same 4000 bytes in 4 chunks: the last leaves after 4 transmissions, then flies alpha.
+  const auto p = params_of(2, 1000, 1000);
+  run_options options;
+  options.config = model(1e-5, 1e-9);
+  const auto run = run_collective(make_factory<ring_allgather>(), shape::allgather, p,
+                                  inputs_of(p, 1000), options);
+  ASSERT_TRUE(run.report.completed());
+  EXPECT_DOUBLE_EQ(run.report.completion_s, 4 * 1000 * 1e-9 + 1e-5);
+  EXPECT_EQ(run.report.messages, 8u);
+}
+
+TEST(CollectivesSimNetwork, DroppedLinkDelaysButLosesNothing) {
+  const auto p = params_of(6, 3001, 256);
+  run_options options;
+  options.config = model(1e-5, 1e-9);
+  const auto baseline = run_collective(make_factory<ring_allreduce>(), shape::allreduce, p,
+                                       inputs_of(p, 3001), options);
+  ASSERT_TRUE(baseline.report.completed());
+  options.faults = [](sim::network& net) { net.drop_link(2, 3, 2e-5, 1e-3); };
+  const auto run = run_collective(make_factory<ring_allreduce>(), shape::allreduce, p,
+                                  inputs_of(p, 3001), options);
+  ASSERT_TRUE(run.report.completed()) << run.report.explain();
+  expect_reference(shape::allreduce, p, run);
+  EXPECT_GT(run.report.resent, 0u);
+  EXPECT_EQ(run.report.messages, baseline.report.messages);
+  EXPECT_GT(run.report.completion_s, 1e-3);  // nothing crossed 2 -> 3 before the link was back
+}
+
+TEST(CollectivesSimNetwork, DelayedLinkSlowsTheRingByTheDelay) {
+  const auto p = params_of(4, 400, 1 << 20);
+  run_options options;
+  options.config = model(1e-5, 1e-9);
+  const auto baseline = run_collective(make_factory<ring_allreduce>(), shape::allreduce, p,
+                                       inputs_of(p, 400), options);
+  options.faults = [](sim::network& net) { net.delay_link(1, 2, 5e-4); };
+  const auto run = run_collective(make_factory<ring_allreduce>(), shape::allreduce, p,
+                                  inputs_of(p, 400), options);
+  ASSERT_TRUE(run.report.completed()) << run.report.explain();
+  expect_reference(shape::allreduce, p, run);
+  // Every one of the 2 (p - 1) steps crosses 1 -> 2 once on the critical path of some block;
+  // the run is at least one delay longer.
+  EXPECT_GE(run.report.completion_s, baseline.report.completion_s + 5e-4);
+}
+
+TEST(CollectivesSimNetwork, KilledRankLeavesPeersBlockedAndIsNamedAsTheCause) {
+  const auto p = params_of(8, 64, 64);
+  run_options options;
+  options.faults = [](sim::network& net) { net.kill_rank(3, 0); };
+  const auto run = run_collective(make_factory<ring_allreduce>(), shape::allreduce, p,
+                                  inputs_of(p, 64), options);
+  EXPECT_EQ(run.report.status, sim::run_report::outcome::blocked);
+  EXPECT_EQ(run.report.blocked_ranks(), (std::vector<std::uint32_t>{0, 1, 2, 4, 5, 6, 7}));
+  EXPECT_EQ(run.report.ranks[4].waits_for, (std::vector<std::uint32_t>{3}));
+  EXPECT_EQ(run.report.ranks[5].waits_for, (std::vector<std::uint32_t>{4}));
+  EXPECT_EQ(run.report.root_causes(), (std::vector<std::uint32_t>{3}));
+  EXPECT_GT(run.report.discarded, 0u);  // rank 2's chunks to the dead rank 3
+  const std::string text = run.report.explain();
+  EXPECT_NE(text.find("rank 4 in round 0 waits for rank 3 (killed)"), std::string::npos) << text;
+  EXPECT_NE(text.find("root cause: killed rank 3"), std::string::npos) << text;
+}
+
+TEST(CollectivesSimNetwork, RankKilledMidwayIsFoundThroughTheWaitChain) {
+  // Recursive doubling on 8 (round k pairs r with r ^ 2^(k-1)): rank 5 sends its round-1 chunk
+  // and dies before anything reaches it. Rank 7 waits for 5 in round 2, rank 3 for 7 in round
+  // 3, rank 1 for 5 in round 3; everyone else finishes.
+  const auto p = params_of(8, 16, 1024);
+  run_options options;
+  options.config = model(1e-5, 1e-9);
+  options.faults = [](sim::network& net) { net.kill_rank(5, 0.5e-5); };
+  const auto run = run_collective(make_factory<recursive_doubling_allreduce>(),
+                                  shape::allreduce, p, inputs_of(p, 16), options);
+  EXPECT_EQ(run.report.status, sim::run_report::outcome::blocked);
+  EXPECT_TRUE(run.report.ranks[5].killed);
+  EXPECT_EQ(run.report.blocked_ranks(), (std::vector<std::uint32_t>{1, 3, 7}));
+  EXPECT_EQ(run.report.ranks[7].waits_for, (std::vector<std::uint32_t>{5}));
+  EXPECT_EQ(run.report.ranks[3].waits_for, (std::vector<std::uint32_t>{7}));
+  EXPECT_EQ(run.report.ranks[3].round, 3u);
+  EXPECT_EQ(run.report.root_causes(), (std::vector<std::uint32_t>{5}));
+  const std::string text = run.report.explain();
+  EXPECT_NE(text.find("rank 3 in round 3 waits for rank 7 (blocked)"), std::string::npos)
+      << text;
+}
+
+TEST(CollectivesSimNetwork, SeededJitterAndSkewAreDeterministic) {
+  const auto p = params_of(13, 777, 128);
+  auto once = [&](std::uint64_t seed) {
+    run_options options;
+    options.config = model(1e-5, 1e-9);
+    options.config.seed = seed;
+    options.config.jitter_s = 2e-5;
+    options.config.start_skew_s = 1e-4;
+    auto run = run_collective(make_factory<rabenseifner_allreduce>(), shape::allreduce, p,
+                              inputs_of(p, 777), options);
+    EXPECT_TRUE(run.report.completed()) << run.report.explain();
+    expect_reference(shape::allreduce, p, run);
+    return run.report;
+  };
+  const auto a = once(7);
+  const auto b = once(7);
+  const auto c = once(8);
+  EXPECT_EQ(a.completion_s, b.completion_s);
+  for (std::uint32_t r = 0; r < p.size; ++r) EXPECT_EQ(a.ranks[r].done_s, b.ranks[r].done_s);
+  EXPECT_NE(a.completion_s, c.completion_s);
+}
+
+TEST(CollectivesSimNetwork, SkewedStartsExerciseChunksFromAPeerARoundAhead) {
+  // Large skew: late ranks receive chunks before they start and from partners rounds ahead;
+  // every algorithm still completes with the reference.
+  for (std::uint32_t size : {5u, 8u, 12u}) {
+    const auto p = params_of(size, 203, 64, reduce_op::max);
+    run_options options;
+    options.config = model(1e-6, 1e-10);
+    options.config.seed = size;
+    options.config.start_skew_s = 1e-3;
+    options.config.jitter_s = 1e-5;
+    for (const factory& f : {make_factory<recursive_doubling_allreduce>(),
+                             make_factory<rabenseifner_allreduce>(),
+                             make_factory<ring_allreduce>()}) {
+      const auto run = run_collective(f, shape::allreduce, p, inputs_of(p, 203), options);
+      ASSERT_TRUE(run.report.completed()) << run.report.explain();
+      expect_reference(shape::allreduce, p, run);
+    }
+  }
+}
+
+TEST(CollectivesSimNetwork, MismatchedAlgorithmCountFails) {
+  sim::network_config c;
+  c.ranks = 3;
+  sim::network net(c);
+  const auto report = net.run({}, {});
+  EXPECT_EQ(report.status, sim::run_report::outcome::failed);
+  EXPECT_EQ(report.error, errc::invalid_argument);
+}
+
+struct owned_payload {
+  bytes b;
+  const std::byte* data() const noexcept { return b.data(); }
+  std::size_t size() const noexcept { return b.size(); }
+};
+
+TEST(CollectivesStepDriver, KeepsAChunkFromARoundAheadAndOffersItAgain) {
+  // Rank 0 of 4 in recursive doubling: round 1 with rank 1, round 2 with rank 2. Rank 2's
+  // round-2 chunk arrives first: kept; once rank 1's round-1 chunk is in, both are consumed.
+  auto params = params_of(4, 2, 1024);
+  recursive_doubling_allreduce algo(params);
+  bytes input = exact_input(dtype::int32, reduce_op::sum, 0, 4, 2);
+  bytes output(8);
+  algorithm_buffers buffers{input, output, {}};
+  bytes scratch(algo.scratch_bytes());
+  buffers.scratch = scratch;
+  step_driver<owned_payload> driver(algo, buffers);
+  std::vector<std::pair<send_step, bytes>> sent;
+  auto emit = [&](const send_step& s, std::span<const std::byte> b) {
+    sent.emplace_back(s, bytes(b.begin(), b.end()));
+  };
+  ASSERT_TRUE(driver.start(emit));
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].first.peer, 1u);
+  EXPECT_EQ(sent[0].second, input);
+
+  const bytes from1 = exact_input(dtype::int32, reduce_op::sum, 1, 4, 2);
+  bytes from23 = exact_input(dtype::int32, reduce_op::sum, 2, 4, 2);
+  const bytes in3 = exact_input(dtype::int32, reduce_op::sum, 3, 4, 2);
+  ASSERT_TRUE(reduce_into(from23, in3, dtype::int32, reduce_op::sum));
+
+  ASSERT_TRUE(driver.deliver(2, 2, 0, owned_payload{from23}, emit));
+  EXPECT_EQ(driver.kept_count(), 1u);
+  EXPECT_EQ(sent.size(), 1u);
+  ASSERT_TRUE(driver.deliver(1, 1, 0, owned_payload{from1}, emit));
+  EXPECT_EQ(driver.kept_count(), 0u);
+  EXPECT_TRUE(driver.done());
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[1].first.peer, 2u);
+  std::vector<bytes> all;
+  for (std::uint32_t r = 0; r < 4; ++r) all.push_back(exact_input(dtype::int32, reduce_op::sum, r, 4, 2));
+  EXPECT_EQ(output, serial_reduce(all, dtype::int32, reduce_op::sum));
+}
+
+TEST(CollectivesStepDriver, BrokenChunksAreProtocolViolations) {
+  auto params = params_of(4, 100, 64);
+  params.rank = 1;
+  std::vector<std::pair<send_step, bytes>> sent;
+  auto emit = [&](const send_step& s, std::span<const std::byte> b) {
+    sent.emplace_back(s, bytes(b.begin(), b.end()));
+  };
+  bytes input(400), output(400);
+  auto fresh = [&](ring_allreduce& algo) {
+    step_driver<owned_payload> d(algo, {input, output, {}});
+    EXPECT_TRUE(d.start(emit));
+    return d;
+  };
+  {
+    ring_allreduce algo(params);
+    auto d = fresh(algo);
+    EXPECT_EQ(d.deliver(2, 0, 0, owned_payload{bytes(64)}, emit).error(),
+              errc::protocol_violation);  // rank 1 hears only from rank 0
+  }
+  {
+    ring_allreduce algo(params);
+    auto d = fresh(algo);
+    EXPECT_EQ(d.deliver(0, 0, 0, owned_payload{bytes(60)}, emit).error(),
+              errc::protocol_violation);  // wrong size
+  }
+  {
+    ring_allreduce algo(params);
+    auto d = fresh(algo);
+    EXPECT_TRUE(d.deliver(0, 0, 0, owned_payload{bytes(64)}, emit));
+    EXPECT_EQ(d.deliver(0, 0, 0, owned_payload{bytes(64)}, emit).error(),
+              errc::protocol_violation);  // duplicate
+  }
+  {
+    ring_allreduce algo(params);
+    auto d = fresh(algo);
+    EXPECT_EQ(d.deliver(0, 99, 0, owned_payload{bytes(64)}, emit).error(),
+              errc::protocol_violation);  // unknown step
+  }
+  {
+    recursive_doubling_allreduce algo(params);
+    bytes scratch(algo.scratch_bytes());
+    step_driver<owned_payload> d(algo, {input, output, scratch});
+    ASSERT_TRUE(d.start(emit));
+    EXPECT_EQ(d.deliver(3, 1, 0, owned_payload{bytes(64)}, emit).error(),
+              errc::protocol_violation);  // rank 3 is not rank 1's round-1 partner
+  }
+}
+
+TEST(CollectivesSimAlgorithmsParams, BadParametersAndShortBuffersAreErrors) {
+  std::vector<send_step> out;
+  bytes small(4), big(4096);
+  {
+    auto p = params_of(4, 100, 64);
+    p.rank = 4;
+    ring_allreduce algo(p);
+    EXPECT_EQ(algo.start({big, big, {}}, out).error(), errc::invalid_argument);
+  }
+  {
+    auto p = params_of(4, 100, 64);
+    p.type = dtype::float32;
+    p.op = reduce_op::bxor;
+    rabenseifner_allreduce algo(p);
+    EXPECT_EQ(algo.start({big, big, {}}, out).error(), errc::unsupported_op);
+  }
+  {
+    auto p = params_of(4, 100, 64);
+    recursive_doubling_allreduce algo(p);
+    EXPECT_EQ(algo.start({small, big, big}, out).error(), errc::size_mismatch);
+  }
+  {
+    auto p = params_of(4, std::numeric_limits<std::size_t>::max() / 2, 64);
+    ring_allreduce algo(p);
+    EXPECT_FALSE(algo.start({big, big, {}}, out));  // count * 4 wraps: refused, not trusted
+  }
+}
+
+}  // namespace
+}  // namespace vessel::collectives
