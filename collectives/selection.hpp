@@ -1,0 +1,99 @@
+#pragma once
+// Which algorithm runs a collective, from (operation, world size, message bytes).
+//
+// Precedence: a name given for the call, then VESSEL_ALGO_<OP> (e.g. VESSEL_ALGO_ALLREDUCE=ring;
+// "auto" means the table), then the threshold table. The default table is not measured yet: it
+// holds the crossovers of the alpha-beta-gamma cost model (Thakur, Rabenseifner & Gropp, "Optimization
+// of collective communication operations in MPICH", 2005) with the loopback figures below. Tables
+// measured on real links replace it through algorithm_selector::from_table().
+//
+// Message bytes mean the bytes of the buffer algorithm_params::count describes: the whole vector
+// for allreduce, reduce and broadcast; one rank's block for allgather, gather, scatter,
+// reduce_scatter and alltoall; 0 for barrier.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collectives/operation.hpp"
+#include "wire/result.hpp"
+
+namespace vessel::collectives {
+
+/// Cost of one message of n bytes: alpha + n * beta; reducing n bytes costs n * gamma.
+struct link_model {
+  double alpha_s = 0;
+  double beta_s_per_byte = 0;
+  double gamma_s_per_byte = 0;
+  /// The pipelining chunk of the chain broadcast (algorithm_params::chunk_bytes' default).
+  std::size_t chunk_bytes = std::size_t{1} << 20;
+};
+
+/// Loopback on the 2-vCPU VMs, from /work/shared/notes/PEERS.md: alpha = raw TCP ping-pong half
+/// round trip (11.6 us), beta = 1 / iperf3 single-stream loopback (1.63 GB/s); gamma = float32
+/// sum at 10 GB/s per operand byte (bench_collectives_reduce: 4.5 GB/s from memory to 16 GB/s in
+/// cache, per operand).
+inline constexpr link_model loopback_tcp_model{11.6e-6, 1.0 / 1.63e9, 1.0 / 10e9};
+
+/// The algorithms known for `op`, in order of preference when the model ties.
+std::span<const std::string_view> algorithm_names(collective_op op) noexcept;
+
+/// Modelled seconds of `algorithm` for `op`; nullopt for a name `op` does not know.
+std::optional<double> modelled_seconds(collective_op op, std::string_view algorithm,
+                                       std::uint32_t world, std::size_t bytes,
+                                       const link_model& model) noexcept;
+
+/// Worlds of [min_world, max_world] ranks and messages of at most max_bytes use `algorithm`.
+struct selection_rule {
+  collective_op op = collective_op::allreduce;
+  std::uint32_t min_world = 1;
+  std::uint32_t max_world = UINT32_MAX;
+  std::size_t max_bytes = SIZE_MAX;
+  std::string algorithm;
+  bool operator==(const selection_rule&) const = default;
+};
+
+/// Reads one environment variable (nullopt when unset); actors::env_view::get fits.
+using env_lookup = std::function<std::optional<std::string>(std::string_view name)>;
+/// ::getenv.
+env_lookup process_env();
+
+class algorithm_selector {
+ public:
+  /// Rules from the model's crossovers: exact for worlds of 1 to 64 ranks and powers of two up
+  /// to 65536, buckets between those evaluated at their middle.
+  explicit algorithm_selector(const link_model& model = loopback_tcp_model);
+
+  /// Measured rules, consulted in order before the model's; unknown names are unknown_algorithm.
+  static result<algorithm_selector> from_table(std::vector<selection_rule> rules,
+                                               const link_model& model = loopback_tcp_model);
+
+  /// Forces VESSEL_ALGO_<OP> for each operation where it is set ("auto": the table). A name
+  /// the operation does not know is unknown_algorithm, and nothing is changed.
+  result<void> apply_env(const env_lookup& lookup);
+
+  /// Forces `algorithm` for every call of `op` (empty or "auto": back to the table).
+  result<void> force(collective_op op, std::string_view algorithm);
+
+  /// The algorithm for one call. `per_call` (if not empty or "auto") wins over everything.
+  /// Errors: unknown_algorithm (per_call unknown for op), invalid_argument (world 0).
+  result<std::string_view> select(collective_op op, std::uint32_t world, std::size_t bytes,
+                                  std::string_view per_call = {}) const;
+
+  /// The rules of `op` in the order they are consulted, measured ones first.
+  std::span<const selection_rule> rules(collective_op op) const noexcept;
+
+  /// "VESSEL_ALGO_ALLREDUCE" for allreduce.
+  static std::string env_name(collective_op op);
+
+ private:
+  std::vector<std::vector<selection_rule>> rules_;  // per op index
+  std::vector<std::string> forced_;                 // per op index; empty: the table
+};
+
+}  // namespace vessel::collectives
