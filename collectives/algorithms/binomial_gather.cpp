@@ -23,8 +23,7 @@ std::size_t binomial_gather::scratch_bytes() const noexcept {
   return bytes ? bytes.value() : 0;
 }
 
-result<void> binomial_gather::start(const algorithm_buffers& buffers,
-                                    std::vector<send_step>& out) {
+result<void> binomial_gather::start(const algorithm_buffers& buffers, std::vector<send_step>& out) {
   if (started_) return errc::invalid_argument;
   VESSEL_TRY(check_params(params_));
   VESSEL_TRY(block, checked_bytes(params_.count, size_of(params_.type)));
@@ -101,8 +100,8 @@ void binomial_gather::send_up(std::vector<send_step>& out) const {
   const buffer_id from = tree_.children().empty() ? buffer_id::input : buffer_id::scratch;
   for (std::size_t c = 0; c < layout.count(); ++c) {
     const byte_range range = layout.at(c);
-    out.push_back({tree_.parent(), 0, static_cast<std::uint32_t>(c), from, range.offset,
-                   range.bytes});
+    out.push_back(
+        {tree_.parent(), 0, static_cast<std::uint32_t>(c), from, range.offset, range.bytes});
   }
 }
 

@@ -31,8 +31,7 @@ std::size_t binomial_reduce::scratch_bytes() const noexcept {
   return bytes ? bytes.value() : 0;
 }
 
-result<void> binomial_reduce::start(const algorithm_buffers& buffers,
-                                    std::vector<send_step>& out) {
+result<void> binomial_reduce::start(const algorithm_buffers& buffers, std::vector<send_step>& out) {
   if (started_) return errc::invalid_argument;
   VESSEL_TRY(check_params(params_));
   if (!supports(params_.type, params_.op)) return errc::unsupported_op;
@@ -106,8 +105,8 @@ result<void> binomial_reduce::complete_chunk(std::size_t chunk, std::vector<send
     return outcome::success();
   }
   const buffer_id from = tree_.children().empty() ? buffer_id::input : accumulator_id_;
-  out.push_back({tree_.parent(), 0, static_cast<std::uint32_t>(chunk), from, range.offset,
-                 range.bytes});
+  out.push_back(
+      {tree_.parent(), 0, static_cast<std::uint32_t>(chunk), from, range.offset, range.bytes});
   return outcome::success();
 }
 

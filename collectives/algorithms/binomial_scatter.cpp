@@ -52,8 +52,8 @@ result<void> binomial_scatter::start(const algorithm_buffers& buffers,
   // The largest subtree first: it is the longest path still to go.
   const auto children = tree_.children();
   for (std::size_t i = children.size(); i-- > 0;) {
-    const chunk_layout layout = tree_.blocks_layout(children[i].vrank, children[i].subtree,
-                                                    block, chunk_);
+    const chunk_layout layout =
+        tree_.blocks_layout(children[i].vrank, children[i].subtree, block, chunk_);
     const std::size_t base = std::size_t{children[i].vrank} * block;
     for (std::size_t c = 0; c < layout.count(); ++c) {
       const byte_range range = layout.at(c);

@@ -41,10 +41,10 @@ class binomial_scatter final : public algorithm {
   std::size_t block_ = 0;
   std::size_t chunk_ = 0;
   algorithm_buffers buffers_;
-  chunk_layout layout_;        ///< of the message from our parent
-  std::size_t received_ = 0;   ///< chunks in (in order)
-  std::size_t prefix_ = 0;     ///< bytes of our message in so far
-  std::size_t next_child_ = 0; ///< the first child not yet sent to
+  chunk_layout layout_;         ///< of the message from our parent
+  std::size_t received_ = 0;    ///< chunks in (in order)
+  std::size_t prefix_ = 0;      ///< bytes of our message in so far
+  std::size_t next_child_ = 0;  ///< the first child not yet sent to
   bool own_copied_ = false;
   bool started_ = false;
 };

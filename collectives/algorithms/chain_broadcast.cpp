@@ -4,8 +4,7 @@
 
 namespace vessel::collectives {
 
-chain_broadcast::chain_broadcast(const algorithm_params& params) noexcept
-    : tree_broadcast(params) {
+chain_broadcast::chain_broadcast(const algorithm_params& params) noexcept : tree_broadcast(params) {
   if (!params_valid(params)) return;  // start() reports it
   const std::uint32_t p = params.size;
   const std::uint32_t vrank = (params.rank + p - params.root) % p;

@@ -8,7 +8,9 @@ namespace vessel::collectives {
 
 namespace {
 
-bool power_of_two(std::uint32_t n) noexcept { return (n & (n - 1)) == 0; }
+bool power_of_two(std::uint32_t n) noexcept {
+  return (n & (n - 1)) == 0;
+}
 
 }  // namespace
 

@@ -70,8 +70,8 @@ std::uint32_t tree_broadcast::waiting_for(std::vector<std::uint32_t>& peers) con
 void tree_broadcast::forward(std::size_t chunk, buffer_id from, std::vector<send_step>& out) const {
   const byte_range range = layout_.at(chunk);
   for (std::size_t i = 0; i < child_count_; ++i) {
-    out.push_back({children_[i], 0, static_cast<std::uint32_t>(chunk), from, range.offset,
-                   range.bytes});
+    out.push_back(
+        {children_[i], 0, static_cast<std::uint32_t>(chunk), from, range.offset, range.bytes});
   }
 }
 

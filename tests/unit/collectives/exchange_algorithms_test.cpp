@@ -43,8 +43,8 @@ TEST(dissemination_barrier, completes_in_ceil_log2_rounds_of_empty_messages) {
   std::uint64_t seed = 1;
   for (std::uint32_t p : world_sizes()) {
     SCOPED_TRACE(p);
-    loop_network net(make_ranks<dissemination_barrier>({0, p}),
-                     std::vector<rank_buffers>(p), ++seed);
+    loop_network net(make_ranks<dissemination_barrier>({0, p}), std::vector<rank_buffers>(p),
+                     ++seed);
     ASSERT_FALSE(net.run());
     EXPECT_TRUE(net.quiet());
     EXPECT_TRUE(net.all_done());
@@ -57,8 +57,8 @@ TEST(dissemination_barrier, no_rank_leaves_before_the_last_one_arrives) {
   for (std::uint32_t p : {2u, 3u, 5u, 8u, 13u, 17u, 64u}) {
     for (std::uint64_t seed = 1; seed <= 5; ++seed) {
       SCOPED_TRACE(::testing::Message() << "p=" << p << " seed=" << seed);
-      loop_network net(make_ranks<dissemination_barrier>({0, p}),
-                       std::vector<rank_buffers>(p), seed);
+      loop_network net(make_ranks<dissemination_barrier>({0, p}), std::vector<rank_buffers>(p),
+                       seed);
       const std::uint32_t late = static_cast<std::uint32_t>(seed * 7919 % p);
       for (std::uint32_t r = 0; r < p; ++r) {
         if (r != late) ASSERT_FALSE(net.start(r));
@@ -109,8 +109,8 @@ std::size_t check_alltoall(const block_case& c, std::uint64_t seed) {
       buffers[r].output.assign(block * c.size, std::byte{0xCD});
     }
   }
-  loop_network net(make_ranks<pairwise_alltoall>({0, c.size, 0, c.count, dtype::int32,
-                                                   reduce_op::sum, c.chunk_bytes}),
+  loop_network net(make_ranks<pairwise_alltoall>(
+                       {0, c.size, 0, c.count, dtype::int32, reduce_op::sum, c.chunk_bytes}),
                    std::move(buffers), seed);
   const auto e = net.run();
   EXPECT_FALSE(e) << e.message();
@@ -183,8 +183,8 @@ void check_gather(const block_case& c, std::uint64_t seed) {
     buffers[c.root].input.clear();
     buffers[c.root].input_in_output = c.root * block;
   }
-  loop_network net(make_ranks<binomial_gather>({0, c.size, c.root, c.count, dtype::int32,
-                                                 reduce_op::sum, c.chunk_bytes}),
+  loop_network net(make_ranks<binomial_gather>(
+                       {0, c.size, c.root, c.count, dtype::int32, reduce_op::sum, c.chunk_bytes}),
                    std::move(buffers), seed);
   const auto e = net.run();
   ASSERT_FALSE(e) << e.message();
@@ -210,19 +210,18 @@ void check_scatter(const block_case& c, std::uint64_t seed) {
     buffers[c.root].output.clear();
     buffers[c.root].output_in_input = c.root * block;
   }
-  loop_network net(make_ranks<binomial_scatter>({0, c.size, c.root, c.count, dtype::int32,
-                                                  reduce_op::sum, c.chunk_bytes}),
+  loop_network net(make_ranks<binomial_scatter>(
+                       {0, c.size, c.root, c.count, dtype::int32, reduce_op::sum, c.chunk_bytes}),
                    std::move(buffers), seed);
   const auto e = net.run();
   ASSERT_FALSE(e) << e.message();
   ASSERT_TRUE(net.quiet());
   ASSERT_TRUE(net.all_done());
   for (std::uint32_t r = 0; r < c.size; ++r) {
-    const std::vector<std::byte>& got = r == c.root && c.in_place ? net.buffers(r).input
-                                                                   : net.buffers(r).output;
+    const std::vector<std::byte>& got =
+        r == c.root && c.in_place ? net.buffers(r).input : net.buffers(r).output;
     const std::size_t at = r == c.root && c.in_place ? r * block : 0;
-    ASSERT_TRUE(std::equal(got.begin() + at, got.begin() + at + block,
-                           message.begin() + r * block))
+    ASSERT_TRUE(std::equal(got.begin() + at, got.begin() + at + block, message.begin() + r * block))
         << "rank " << r;
   }
   if (c.in_place) EXPECT_EQ(net.buffers(c.root).input, message);

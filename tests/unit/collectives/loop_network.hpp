@@ -6,10 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -108,8 +108,8 @@ class loop_network {
         stalled_ = true;
         return {};
       }
-      const std::uint64_t key = active_[std::uniform_int_distribution<std::size_t>(
-          0, active_.size() - 1)(random_)];
+      const std::uint64_t key =
+          active_[std::uniform_int_distribution<std::size_t>(0, active_.size() - 1)(random_)];
       auto& refused_at = refused_at_[key];
       if (refused_at == generation_) continue;  // refused since the last progress
       auto& queue = queues_[key];

@@ -20,7 +20,9 @@ namespace {
 
 const std::error_code violation = make_error_code(errc::protocol_violation);
 
-std::vector<std::byte> bytes(std::size_t n) { return std::vector<std::byte>(n); }
+std::vector<std::byte> bytes(std::size_t n) {
+  return std::vector<std::byte>(n);
+}
 
 /// One started instance with generous buffers.
 struct instance {
@@ -73,8 +75,8 @@ TEST(malformed_input, broadcast_accepts_only_the_parent_in_order_with_the_right_
 
 TEST(malformed_input, reduce_accepts_only_children_in_order_with_the_right_sizes) {
   instance i(std::make_unique<binomial_reduce>(at(4)));  // children 5, 6; parent 0
-  EXPECT_EQ(i.offer(0, 0, 0, 16), violation);  // the parent does not send
-  EXPECT_EQ(i.offer(7, 0, 0, 16), violation);  // a grandchild does not either
+  EXPECT_EQ(i.offer(0, 0, 0, 16), violation);            // the parent does not send
+  EXPECT_EQ(i.offer(7, 0, 0, 16), violation);            // a grandchild does not either
   EXPECT_EQ(i.offer(5, 2, 0, 16), violation);
   EXPECT_EQ(i.offer(5, 0, 0, 12), violation);
   EXPECT_EQ(i.offer(5, 0, 0, 16), std::error_code{});
@@ -86,9 +88,9 @@ TEST(malformed_input, reduce_accepts_only_children_in_order_with_the_right_sizes
 
 TEST(malformed_input, barrier_accepts_each_round_once_from_its_peer_and_empty) {
   instance i(std::make_unique<dissemination_barrier>(at(0)));  // hears 7, 6, 4 in rounds 0, 1, 2
-  EXPECT_EQ(i.offer(6, 0, 0, 0), violation);  // round 0 comes from 7
-  EXPECT_EQ(i.offer(7, 3, 0, 0), violation);  // only 3 rounds
-  EXPECT_EQ(i.offer(7, 0, 0, 1), violation);  // a barrier carries no bytes
+  EXPECT_EQ(i.offer(6, 0, 0, 0), violation);                   // round 0 comes from 7
+  EXPECT_EQ(i.offer(7, 3, 0, 0), violation);                   // only 3 rounds
+  EXPECT_EQ(i.offer(7, 0, 0, 1), violation);                   // a barrier carries no bytes
   EXPECT_EQ(i.offer(7, 0, 1, 0), violation);
   EXPECT_EQ(i.offer(4, 2, 0, 0), std::error_code{});  // a round early: kept
   EXPECT_FALSE(i.algo->done());
@@ -101,13 +103,13 @@ TEST(malformed_input, barrier_accepts_each_round_once_from_its_peer_and_empty) {
 
 TEST(malformed_input, alltoall_accepts_each_peer_once_in_its_round) {
   instance i(std::make_unique<pairwise_alltoall>(at(3)));  // XOR: peer q in round 3 ^ q
-  EXPECT_EQ(i.offer(3, 0, 0, 16), violation);   // from ourselves
-  EXPECT_EQ(i.offer(8, 11, 0, 16), violation);  // outside the world
-  EXPECT_EQ(i.offer(2, 2, 0, 16), violation);   // 2 sends in round 1
+  EXPECT_EQ(i.offer(3, 0, 0, 16), violation);              // from ourselves
+  EXPECT_EQ(i.offer(8, 11, 0, 16), violation);             // outside the world
+  EXPECT_EQ(i.offer(2, 2, 0, 16), violation);              // 2 sends in round 1
   EXPECT_EQ(i.offer(2, 1, 0, 20), violation);
   EXPECT_EQ(i.offer(2, 1, 1, 16), violation);  // a gap
   EXPECT_EQ(i.offer(2, 1, 0, 16), std::error_code{});
-  EXPECT_EQ(i.offer(2, 1, 0, 16), violation);  // duplicate
+  EXPECT_EQ(i.offer(2, 1, 0, 16), violation);          // duplicate
   EXPECT_EQ(i.offer(5, 6, 0, 16), std::error_code{});  // out of place, early is fine
 }
 
@@ -137,7 +139,7 @@ TEST(malformed_input, gather_and_scatter_check_peer_chunk_and_size) {
   EXPECT_EQ(g.offer(6, 0, 0, 15), violation);
   EXPECT_EQ(g.offer(6, 1, 0, 16), violation);
   for (std::uint32_t c = 0; c < 5; ++c) EXPECT_EQ(g.offer(6, 0, c, 16), std::error_code{});
-  EXPECT_EQ(g.offer(6, 0, 5, 16), violation);  // 80 bytes are 5 chunks
+  EXPECT_EQ(g.offer(6, 0, 5, 16), violation);             // 80 bytes are 5 chunks
   instance s(std::make_unique<binomial_scatter>(at(4)));  // from 0: blocks of 4..7, 160 bytes
   EXPECT_EQ(s.offer(5, 0, 0, 16), violation);
   EXPECT_EQ(s.offer(0, 0, 1, 16), violation);

@@ -94,9 +94,9 @@ struct broadcast_case {
 };
 
 void check_broadcast(broadcast_kind kind, const broadcast_case& c, std::uint64_t seed) {
-  SCOPED_TRACE(::testing::Message() << "p=" << c.size << " root=" << c.root << " count="
-                                    << c.count << " chunk=" << c.chunk_bytes << " type="
-                                    << to_string(c.type) << " seed=" << seed);
+  SCOPED_TRACE(::testing::Message()
+               << "p=" << c.size << " root=" << c.root << " count=" << c.count
+               << " chunk=" << c.chunk_bytes << " type=" << to_string(c.type) << " seed=" << seed);
   std::mt19937_64 random(seed);
   const std::size_t bytes = c.count * size_of(c.type);
   const std::vector<std::byte> message = random_bytes(bytes, random);
@@ -143,8 +143,7 @@ TEST_P(broadcast_test, every_rank_gets_the_root_message_for_every_world_size_and
 TEST_P(broadcast_test, in_place_at_the_root_and_every_dtype) {
   std::uint64_t seed = 100;
   for (dtype t : {dtype::int8, dtype::uint8, dtype::int32, dtype::uint32, dtype::int64,
-                  dtype::uint64, dtype::float16, dtype::bfloat16, dtype::float32,
-                  dtype::float64}) {
+                  dtype::uint64, dtype::float16, dtype::bfloat16, dtype::float32, dtype::float64}) {
     // A chunk request of 12 bytes rounds down to whole elements (8 for 8-byte types).
     const std::size_t chunk = chunk_granule(12, size_of(t));
     check_broadcast(GetParam(), {7, 3, 11, chunk, t, true}, ++seed);
@@ -231,10 +230,10 @@ std::vector<std::byte> serial_reduce(const reduce_case& c,
 }
 
 void check_reduce(const reduce_case& c, std::uint64_t seed) {
-  SCOPED_TRACE(::testing::Message() << "p=" << c.size << " root=" << c.root << " count="
-                                    << c.count << " chunk=" << c.chunk_bytes << " type="
-                                    << to_string(c.type) << " op=" << to_string(c.op)
-                                    << " in_place=" << c.in_place << " seed=" << seed);
+  SCOPED_TRACE(::testing::Message()
+               << "p=" << c.size << " root=" << c.root << " count=" << c.count
+               << " chunk=" << c.chunk_bytes << " type=" << to_string(c.type)
+               << " op=" << to_string(c.op) << " in_place=" << c.in_place << " seed=" << seed);
   std::mt19937_64 random(seed);
   std::vector<std::vector<std::byte>> inputs;
   for (std::uint32_t r = 0; r < c.size; ++r) {
@@ -243,8 +242,8 @@ void check_reduce(const reduce_case& c, std::uint64_t seed) {
   EXPECT_EQ(run_reduce(c, inputs, seed), serial_reduce(c, inputs));
 }
 
-constexpr dtype all_dtypes[] = {dtype::int8,    dtype::uint8,    dtype::int32,  dtype::uint32,
-                                dtype::int64,   dtype::uint64,   dtype::float16, dtype::bfloat16,
+constexpr dtype all_dtypes[] = {dtype::int8,    dtype::uint8,  dtype::int32,   dtype::uint32,
+                                dtype::int64,   dtype::uint64, dtype::float16, dtype::bfloat16,
                                 dtype::float32, dtype::float64};
 constexpr reduce_op all_ops[] = {reduce_op::sum, reduce_op::prod, reduce_op::min, reduce_op::max,
                                  reduce_op::avg, reduce_op::band, reduce_op::bor, reduce_op::bxor};
