@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
 
 #include "collectives/algorithms/binomial_broadcast.hpp"
 #include "collectives/algorithms/binomial_gather.hpp"
@@ -203,6 +204,78 @@ TEST(malformed_input, chunks_before_start_wait_and_a_second_start_is_refused) {
   std::vector<std::byte> buffer(40);
   ASSERT_TRUE(b.start({{}, buffer, {}}, out));
   EXPECT_FALSE(b.start({{}, buffer, {}}, out));
+}
+
+}  // namespace
+}  // namespace vessel::collectives
+
+namespace vessel::collectives {
+namespace {
+
+// Garbage from a peer at any point of a run: every answer is consumed, not_yet or a
+// protocol_violation, never a crash (ASan/UBSan watch the memory), and once an instance has
+// failed the test stops feeding it, as a driver would.
+TEST(malformed_input, random_chunks_at_random_moments_never_crash) {
+  using factory = std::unique_ptr<algorithm> (*)(const algorithm_params&);
+  const factory makers[] = {
+      [](const algorithm_params& p) -> std::unique_ptr<algorithm> {
+        return std::make_unique<binomial_broadcast>(p);
+      },
+      [](const algorithm_params& p) -> std::unique_ptr<algorithm> {
+        return std::make_unique<chain_broadcast>(p);
+      },
+      [](const algorithm_params& p) -> std::unique_ptr<algorithm> {
+        return std::make_unique<binomial_reduce>(p);
+      },
+      [](const algorithm_params& p) -> std::unique_ptr<algorithm> {
+        return std::make_unique<dissemination_barrier>(p);
+      },
+      [](const algorithm_params& p) -> std::unique_ptr<algorithm> {
+        return std::make_unique<pairwise_alltoall>(p);
+      },
+      [](const algorithm_params& p) -> std::unique_ptr<algorithm> {
+        return std::make_unique<binomial_gather>(p);
+      },
+      [](const algorithm_params& p) -> std::unique_ptr<algorithm> {
+        return std::make_unique<binomial_scatter>(p);
+      },
+  };
+  std::mt19937_64 random(42);
+  const auto pick = [&random](std::uint64_t n) { return random() % n; };
+  for (const factory make : makers) {
+    for (int trial = 0; trial < 200; ++trial) {
+      const auto p = static_cast<std::uint32_t>(1 + pick(9));
+      const algorithm_params params{static_cast<std::uint32_t>(pick(p)),
+                                    p,
+                                    static_cast<std::uint32_t>(pick(p)),
+                                    pick(20),
+                                    dtype::float32,
+                                    reduce_op::sum,
+                                    4 * (1 + pick(6))};
+      auto algo = make(params);
+      std::vector<std::byte> input(4096), output(4096), scratch(algo->scratch_bytes());
+      std::vector<send_step> out;
+      ASSERT_TRUE(algo->start({input, output, scratch}, out));
+      for (int offer = 0; offer < 40; ++offer) {
+        // Mostly plausible values, so some get past the first checks.
+        const auto peer = static_cast<std::uint32_t>(pick(p + 1));
+        const auto step = static_cast<std::uint32_t>(pick(4));
+        const auto chunk = static_cast<std::uint32_t>(pick(8));
+        const std::vector<std::byte> data(pick(3) == 0 ? pick(100) : 4 * (1 + pick(6)));
+        out.clear();
+        auto answer = algo->on_receive(peer, step, chunk, data, out);
+        if (!answer) {
+          EXPECT_EQ(answer.error(), violation) << algo->name();
+          break;
+        }
+        for (const send_step& s : out) {
+          EXPECT_LT(s.peer, p);
+          const std::size_t size = s.buffer == buffer_id::scratch ? scratch.size() : 4096;
+          EXPECT_LE(s.offset + s.bytes, size) << algo->name();
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
