@@ -10,6 +10,7 @@
 #include "collectives/reduce_kernels.hpp"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -49,6 +50,12 @@ void float16_portable(std::byte* inout, const std::byte* in, std::size_t bytes) 
 
 #if defined(__x86_64__)
 #define VESSEL_HAVE_AVX2_KERNELS 1
+
+// clang 14's __builtin_cpu_supports does not know "f16c": ask CPUID leaf 1 directly.
+bool has_f16c() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
 
 template <class T, reduce_op Op>
 [[gnu::target("avx2")]] void native_avx2(std::byte* inout, const std::byte* in,
@@ -185,7 +192,7 @@ bool kernel_isa_supported(kernel_isa isa) noexcept {
     case kernel_isa::portable: return true;
     case kernel_isa::avx2:
 #if defined(VESSEL_HAVE_AVX2_KERNELS)
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && has_f16c();
 #else
       return false;
 #endif
