@@ -2,12 +2,13 @@
 SHELL := /bin/bash
 FUZZ_SECONDS ?= 60
 
-.PHONY: help demo deps test tsan release bench fuzz fuzz-replay format clean board
+.PHONY: help demo deps test tsan long release bench fuzz fuzz-replay format clean board
 
 help:
 	@echo "make demo         build release; two processes exchange frames over vessel's TCP and shm"
 	@echo "make test         install missing packages, build the dev preset (ASan+UBSan), run ctest"
 	@echo "make tsan         build the tsan preset and run the tests labelled 'concurrency'"
+	@echo "make long         the full-size transport proofs (label 'long') from a release build"
 	@echo "make release      build the release preset (binaries in build/bin)"
 	@echo "make bench        run the benchmarks; CSV and PNG plots land in build/bench"
 	@echo "make fuzz         run every libFuzzer target for FUZZ_SECONDS (default $(FUZZ_SECONDS)) each"
@@ -35,6 +36,13 @@ tsan: deps
 	cmake --preset tsan
 	cmake --build --preset tsan
 	ctest --preset tsan
+
+# The issue's full-size transport proofs (1 GiB over TCP; 10 M frames and 10 GiB over shm between
+# two processes), from the release preset: only their binary is built, and they run one at a time.
+long: deps
+	cmake --preset release
+	cmake --build --preset long
+	ctest --preset long
 
 release: deps
 	cmake --preset release

@@ -3,8 +3,8 @@
 // child a fresh, single-threaded process, which keeps fork safe under ASan and TSan alike.
 //
 // Sizes: 1M small frames and 1 GiB of 1 MiB frames by default (the CI budget under ASan;
-// 250k and 256 MiB under TSan); the full 10M small frames and 10 GiB with
-// VESSEL_LONG_TESTS=1, and by default in an optimized build without sanitizers.
+// 250k and 256 MiB under TSan); the full 10M small frames and 10 GiB in io_long_tests
+// (`make long`) or with VESSEL_LONG_TESTS=1 (tests/unit/io/proof_size.hpp).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "io/errc.hpp"
+#include "tests/unit/io/proof_size.hpp"
 #include "tests/unit/io/shm_test_support.hpp"
 
 extern char** environ;
@@ -37,15 +38,6 @@ using namespace std::chrono_literals;
 using shm_test::side;
 
 constexpr int peer_fd_number = 200;  // where the child finds its end of the socketpair
-
-bool long_tests() {
-  if (const char* v = std::getenv("VESSEL_LONG_TESTS"); v != nullptr && v[0] == '1') return true;
-#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  return true;
-#else
-  return false;
-#endif
-}
 
 // TSan makes these runs ~10x slower (and sees nothing of the cross-process ring anyway, see
 // shm_transport_test.cpp), so its default run is smaller again, to stay well under a minute.
@@ -239,7 +231,9 @@ int vessel_segments_held() {
 }
 
 TEST(shm_process, small_frames_reach_the_other_process_in_order_with_equal_checksums) {
-  const std::uint64_t frames = long_tests() ? 10'000'000 : tsan_build ? 250'000 : 1'000'000;
+  const std::uint64_t frames = test::full_size_proofs() ? 10'000'000
+                               : tsan_build               ? 250'000
+                                                          : 1'000'000;
   const auto shm_before = dev_shm_entries();
   auto child = spawn_peer("sink");
   ASSERT_TRUE(child);
@@ -293,7 +287,7 @@ TEST(shm_process, small_frames_reach_the_other_process_in_order_with_equal_check
 
 TEST(shm_process, large_payloads_are_read_in_place_with_equal_checksums) {
   // x 1 MiB: 10 GiB, 1 GiB, or 256 MiB under TSan (which slows each byte ~20x).
-  const std::uint64_t frames = long_tests() ? 10240 : tsan_build ? 256 : 1024;
+  const std::uint64_t frames = test::full_size_proofs() ? 10240 : tsan_build ? 256 : 1024;
   auto child = spawn_peer("source", frames);
   ASSERT_TRUE(child);
   side me;
