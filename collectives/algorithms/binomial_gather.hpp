@@ -7,6 +7,7 @@
 // Buffers: count is one rank's block. input holds it on every rank; output (p blocks, block j
 // from rank j) at the root only. In place at the root: input is output's block `root` (or
 // aliases it). An inner rank collects in scratch (scratch_bytes()); a leaf sends from input.
+// A region is never written after it is sent, so a driver may send it without copying it.
 
 #include <array>
 #include <cstdint>

@@ -9,7 +9,8 @@
 //
 // Determinism: floating-point reduction is not associative, so every chunk is reduced in one
 // fixed order (own data, then children by ascending distance) whatever order chunks arrive in;
-// a child's chunk that comes before an earlier child's gets not_yet.
+// a child's chunk that comes before an earlier child's gets not_yet. A region is never written
+// after it is sent, so a driver may send it without copying it.
 
 #include <array>
 #include <cstdint>

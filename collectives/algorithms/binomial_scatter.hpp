@@ -6,7 +6,8 @@
 // Buffers: count is one rank's block. input (p blocks, block j for rank j) at the root only;
 // output (one block) on every rank. In place at the root: output is input's block `root` (or
 // aliases it). An inner rank receives its subtree's blocks in scratch (scratch_bytes()); a leaf
-// receives straight into output.
+// receives straight into output. A region is never written after it is sent, so a driver may
+// send it without copying it.
 
 #include <array>
 #include <cstdint>

@@ -11,7 +11,8 @@
 // was sent, so rounds must pair ranks symmetrically; for p not a power of two that takes p
 // rounds (partner = r - rank mod p; each rank idles in the round where it would pair with
 // itself), and a block that arrives a round early gets not_yet. Out of place, an early block is
-// stored at once.
+// stored at once, and sends read input, which is never written, so a driver may send without
+// copying; in place a sent region is overwritten by the partner's block in the same round.
 
 #include <cstdint>
 #include <string_view>

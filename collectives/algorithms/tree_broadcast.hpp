@@ -6,6 +6,7 @@
 // Buffers: the root reads input (count elements) and also leaves them in output; every other
 // rank receives into output. In place at the root: input aliases output. Steps: one per chunk,
 // step 0, chunk = chunk index; chunks from the parent arrive in order (links are ordered).
+// A region is never written after it is sent, so a driver may send it without copying it.
 
 #include <array>
 #include <cstdint>
