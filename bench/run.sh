@@ -19,5 +19,7 @@ for program in "${programs[@]}"; do
 done
 echo "== vessel-bench transport (tcp and shm between 2 processes)"
 "$build/bin/vessel-bench" transport --transport all --csv "$out/transport.csv"
+echo "== vessel-bench model (collective algorithms on the simulated network vs the alpha-beta formula)"
+"$build/bin/vessel-bench" model --transport all --csv "$out/model.csv"
 python3 "$here/summarize.py" "$out" "$out"/bench_*.json "$out"/transport.csv
 echo "wrote $out/*.csv and $out/*.png"

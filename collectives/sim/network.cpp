@@ -309,7 +309,7 @@ std::string run_report::explain() const {
         }
       }
     }
-    if (r.kept_chunks != 0) s << "; holds " << r.kept_chunks << " chunks for later rounds";
+    if (r.kept_chunks != 0) s << "; chunks kept for later rounds: " << r.kept_chunks;
     s << '\n';
   }
   const auto causes = root_causes();
