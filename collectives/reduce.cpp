@@ -34,18 +34,10 @@ void bfloat16_portable(std::byte* inout, const std::byte* in, std::size_t bytes)
   kernels::run_blocks<kernels::bfloat16_block<Op, 16>>(inout, in, bytes);
 }
 
-// Without F16C there is no cheap vector conversion; the scalar one is exact.
+// Without F16C: conversions in integer vector code (reduce_kernels.hpp).
 template <reduce_op Op>
 void float16_portable(std::byte* inout, const std::byte* in, std::size_t bytes) noexcept {
-  for (std::size_t at = 0; at < bytes; at += 2) {
-    std::uint16_t a, b;
-    std::memcpy(&a, inout + at, 2);
-    std::memcpy(&b, in + at, 2);
-    float x = float16_to_float(a);
-    kernels::combine<Op, float>(x, float16_to_float(b));
-    a = float_to_float16(x);
-    std::memcpy(inout + at, &a, 2);
-  }
+  kernels::run_blocks<kernels::float16_block<Op, 16>>(inout, in, bytes);
 }
 
 #if defined(__x86_64__)

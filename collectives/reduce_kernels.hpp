@@ -140,6 +140,69 @@ template <reduce_op Op, std::size_t VB>
   }
 }
 
+/// float16 in the low 16 bits of each lane (upper bits zero) to float32 bits. Exact, and with no
+/// arithmetic on denormals (subnormal halves go through an exact int to float conversion), so
+/// it does not depend on the FPU's denormal modes.
+template <class W>
+[[gnu::always_inline]] inline void float16_to_float_bits(W& h) noexcept {
+  using S = vec<std::int32_t, sizeof(W)>;
+  using F = vec<float, sizeof(W)>;
+  const W sign = (h & 0x8000u) << 16;
+  const W magnitude = h & 0x7FFFu;
+  const S signed_magnitude = reinterpret_cast<S>(magnitude);
+  W bits = (magnitude << 13) + 0x38000000u;  // exponent bias 15 -> 127
+  const F subnormal = __builtin_convertvector(signed_magnitude, F) * 0x1p-24f;
+  assign_where(bits, reinterpret_cast<W>(signed_magnitude < 0x400), reinterpret_cast<W>(subnormal));
+  assign_where(bits, reinterpret_cast<W>(signed_magnitude >= 0x7C00),
+               W{(magnitude << 13) | 0x7F800000u});
+  h = bits | sign;
+}
+
+/// float32 bits to float16 in the low 16 bits of each lane, nearest-even, like float_to_float16.
+template <class W>
+[[gnu::always_inline]] inline void float_bits_to_float16(W& x) noexcept {
+  using S = vec<std::int32_t, sizeof(W)>;
+  using F = vec<float, sizeof(W)>;
+  const W sign = (x >> 16) & 0x8000u;
+  const W magnitude = x & 0x7FFFFFFFu;
+  const S signed_magnitude = reinterpret_cast<S>(magnitude);
+  W half = (magnitude - 0x38000000u + 0xFFFu + ((magnitude >> 13) & 1u)) >> 13;
+  // Below 2^-14: adding 0.5 makes the FPU round at 2^-24, the subnormal half's unit; what is
+  // left above 0.5 is the count of units (1024 when it rounds up to the smallest normal).
+  const W subnormal = reinterpret_cast<W>(reinterpret_cast<F>(magnitude) + 0.5f) - 0x3F000000u;
+  assign_where(half, reinterpret_cast<W>(signed_magnitude < 0x38800000), subnormal);
+  assign_where(half, reinterpret_cast<W>(signed_magnitude >= 0x477FF000), W{} + 0x7C00u);
+  assign_where(half, reinterpret_cast<W>(signed_magnitude > 0x7F800000),
+               W{0x7E00u | ((magnitude >> 13) & 0x3FFu)});
+  x = half | sign;
+}
+
+/// One block of float16 without F16C: two elements per 32-bit lane, as for bfloat16.
+template <reduce_op Op, std::size_t VB>
+[[gnu::always_inline]] inline void float16_block(std::byte* inout, const std::byte* in) noexcept {
+  using W = vec<std::uint32_t, VB>;
+  using F = vec<float, VB>;
+  for (std::size_t at = 0; at < block_bytes; at += VB) {
+    W a, b;
+    load(a, inout + at);
+    load(b, in + at);
+    W a_low = a & 0xFFFFu, a_high = a >> 16, b_low = b & 0xFFFFu, b_high = b >> 16;
+    float16_to_float_bits(a_low);
+    float16_to_float_bits(a_high);
+    float16_to_float_bits(b_low);
+    float16_to_float_bits(b_high);
+    F low = reinterpret_cast<F>(a_low);
+    F high = reinterpret_cast<F>(a_high);
+    combine<Op, float>(low, reinterpret_cast<F>(b_low));
+    combine<Op, float>(high, reinterpret_cast<F>(b_high));
+    W low_bits = reinterpret_cast<W>(low);
+    W high_bits = reinterpret_cast<W>(high);
+    float_bits_to_float16(low_bits);
+    float_bits_to_float16(high_bits);
+    store(inout + at, W{low_bits | (high_bits << 16)});
+  }
+}
+
 /// Runs Block over whole blocks, then once over the tail copied into a padded block, so the tail
 /// is computed by the same code as the body.
 template <auto Block>
