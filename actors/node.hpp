@@ -1,0 +1,135 @@
+#pragma once
+// vessel::node: one rank process's CAF side. It owns the caf::actor_system (a small scheduler:
+// caf.scheduler.max-threads defaults to 2, because on small machines every extra worker thread
+// is one more hand-off; DESIGN.md "Where the time goes"), the reactor thread, the transport it
+// drives (the mesh, or a loopback for a world of one) and the root supervisor. The root
+// supervises the rank actor, one link actor per peer (each under its own supervisor "peer/<n>",
+// so that a peer that keeps failing is given up alone and reported lost), and whatever device
+// and app actors the app adds.
+//
+// Data path: transport (reactor thread) -> node observer -> event_batcher (one anon_send per
+// reactor turn) -> rank / link actors; rank actor -> outbox (one reactor wake-up per burst) ->
+// transport.
+//
+// Shutdown (stop() or the destructor): the root stops its children in reverse order, then the
+// reactor stops, then the actor system goes. Nothing may be left running, or CAF's destructor
+// would wait forever.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include "actors/actor_interfaces.hpp"
+#include "actors/detailed_error.hpp"
+#include "actors/env.hpp"
+#include "actors/event_batcher.hpp"
+#include "actors/mesh.hpp"
+#include "actors/node_transport.hpp"
+#include "actors/outbox.hpp"
+#include "actors/supervisor.hpp"
+#include "io/buffer_pool.hpp"
+#include "io/reactor.hpp"
+
+namespace vessel {
+
+/// Every key of a node with its default.
+struct node_config {
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 1;
+  /// CAF worker threads (caf.scheduler.max-threads); VESSEL_CAF_THREADS.
+  std::size_t scheduler_threads = 2;
+  /// The root supervisor and the per-peer supervisors (restart backoff, limits).
+  actors::supervisor_config supervision{};
+  /// How often a peer's link actor may fail within the window before the peer is given up.
+  std::uint32_t peer_max_restarts = 5;
+  actors::event_batcher_config batching{};
+  io::reactor_config reactor{};
+  /// The pool for payloads apps send (and the loopback's messages).
+  io::buffer_pool_config pool = io::buffer_pool_config::defaults();
+
+  /// Reads VESSEL_CAF_THREADS; a malformed value is an error naming it.
+  actors::detailed_result<void> apply_env(const actors::env_view& env);
+};
+
+/// Called on the reactor thread once the node is ready to build its transport: the node is the
+/// observer every delivery must go to. Return the transport (e.g. a mesh_node_transport over a mesh
+/// built with `observer`), or nullptr to fail the node's start.
+using transport_factory = std::function<std::unique_ptr<actors::node_transport>(
+    io::reactor&, actors::mesh_observer& observer)>;
+
+class node {
+ public:
+  /// Starts the actor system, the reactor and the supervision tree. Without a factory the world
+  /// must be of size 1 (loopback). Throws std::system_error when the reactor cannot start.
+  explicit node(node_config config = {}, transport_factory make_transport = {});
+  ~node();
+  node(const node&) = delete;
+  node& operator=(const node&) = delete;
+
+  std::uint32_t rank() const noexcept { return config_.rank; }
+  std::uint32_t world_size() const noexcept { return config_.world_size; }
+  caf::actor_system& system() noexcept { return *system_; }
+  io::reactor& reactor() noexcept { return reactor_; }
+  /// Blocks for payloads (any thread).
+  io::buffer_pool& pool() noexcept { return *pool_; }
+
+  /// The rank actor now (a supervisor may replace it: ask again after a failure); invalid while
+  /// it is being restarted.
+  actors::rank_actor rank_actor() const;
+  /// The link actor of `peer` now (invalid for self, a peer out of range, or one being restarted).
+  actors::link_actor link_actor(std::uint32_t peer) const;
+  /// The root supervisor (send it start_child_atom / child_atom directly if you like).
+  const caf::actor& root() const noexcept { return root_; }
+
+  /// Adds a device or app actor under the root supervisor; blocks until it runs. Errors from the
+  /// supervisor (stopping) come back as the caf::error's description.
+  actors::detailed_result<caf::actor> spawn_supervised(actors::child_spec spec);
+
+  /// Peers given up for good (their link supervisor escalated).
+  std::set<std::uint32_t> lost_peers() const;
+  /// True after the root supervisor itself failed (a child escalated to it).
+  bool failed() const;
+
+  /// Any thread but the reactor's or a CAF worker's: orderly shutdown (idempotent).
+  void stop();
+
+ private:
+  class observer;
+  struct actor_slot {  // the current incarnation of a supervised actor, read by the batchers
+    mutable std::mutex mutex;
+    std::condition_variable changed;
+    caf::actor current;
+  };
+
+  void on_root_event(const actors::supervisor_event& e);
+
+  node_config config_;
+  std::unique_ptr<io::buffer_pool> pool_;
+  caf::actor_system_config caf_config_;
+  std::unique_ptr<caf::actor_system> system_;
+  io::reactor reactor_;
+  std::shared_ptr<actors::outbox> outbox_;
+  std::unique_ptr<observer> observer_;
+  std::unique_ptr<actors::node_transport> transport_;
+  actor_slot rank_slot_;
+  std::vector<std::unique_ptr<actor_slot>> link_slots_;  // by peer
+  std::unique_ptr<actors::event_batcher<actors::inbound_message>> rank_batcher_;
+  std::vector<std::unique_ptr<actors::event_batcher<actors::link_event>>> link_batchers_;
+  caf::actor root_;
+  mutable std::mutex state_mutex_;
+  std::set<std::uint32_t> lost_peers_;
+  bool failed_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace vessel

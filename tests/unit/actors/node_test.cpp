@@ -1,0 +1,220 @@
+// vessel::node: a world of one (messages to self through the rank actor, typed), a killed rank
+// actor restarted by the root supervisor, app actors under supervision, and the link actor path
+// (peer events from the reactor through the batcher) over a scripted transport.
+
+#include "actors/node.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <gtest/gtest.h>
+
+#include "actors/actor_errc.hpp"
+#include "actors/errc.hpp"
+#include "io/errc.hpp"
+#include "tests/unit/actors/caf_test_support.hpp"
+
+namespace vessel::actors {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::waitable_log;
+
+payload text(vessel::node& n, std::string_view s) { return payload::copy_of(n.pool(), s).value(); }
+
+envelope receive(caf::scoped_actor& self, const rank_actor& rank, std::uint32_t src,
+                 std::uint64_t tag, caf::timespan timeout = std::chrono::seconds{5}) {
+  envelope out;
+  self->request(rank, caf::infinite, recv_atom::value, src, tag, timeout)
+      .receive([&](envelope& e) { out = std::move(e); },
+               [&](caf::error& e) { ADD_FAILURE() << describe(e); });
+  return out;
+}
+
+void send(caf::scoped_actor& self, const rank_actor& rank, std::uint32_t dst, std::uint64_t tag,
+          payload p) {
+  self->request(rank, caf::infinite, send_atom::value, dst, tag, std::move(p))
+      .receive([](sent_atom) {}, [](caf::error& e) { ADD_FAILURE() << describe(e); });
+}
+
+node_config small_config() {
+  node_config cfg;
+  cfg.supervision.restart_backoff.initial_delay = 1ms;
+  cfg.supervision.restart_backoff.jitter = false;
+  cfg.pool.classes = {io::size_class_config{4096, 512}};  // 2 MiB: small and quick to fault in
+  return cfg;
+}
+
+TEST(node_test, world_of_one_sends_to_itself_through_the_typed_rank_actor) {
+  vessel::node n{small_config()};
+  {
+    caf::scoped_actor self{n.system()};
+    rank_actor rank = n.rank_actor();
+    ASSERT_TRUE(rank);
+    send(self, rank, 0, 5, text(n, "hello"));
+    auto got = receive(self, rank, rank_any_source, 5);
+    EXPECT_EQ(got.source, 0u);
+    EXPECT_EQ(got.tag, 5u);
+    EXPECT_EQ(got.data.view(), "hello");
+
+    // Non-overtaking per (source, tag), and a receive by tag skips other tags.
+    for (int i = 0; i < 100; ++i) send(self, rank, 0, 7, text(n, std::to_string(i)));
+    send(self, rank, 0, 8, text(n, "other"));
+    EXPECT_EQ(receive(self, rank, 0, 8).data.view(), "other");
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_EQ(receive(self, rank, 0, rank_any_tag).data.view(), std::to_string(i));
+    }
+
+    // A receive posted before the message arrives is completed by it.
+    auto pending = self->request(rank, caf::infinite, recv_atom::value, std::uint32_t{0},
+                                 std::uint64_t{9}, caf::timespan{std::chrono::seconds{5}});
+    send(self, rank, 0, 9, text(n, "late"));
+    pending.receive([](envelope& e) { EXPECT_EQ(e.data.view(), "late"); },
+                    [](caf::error& e) { ADD_FAILURE() << describe(e); });
+
+    // Nothing comes: a typed timeout error naming what was awaited.
+    self->request(rank, caf::infinite, recv_atom::value, std::uint32_t{0}, std::uint64_t{42},
+                  caf::timespan{std::chrono::milliseconds{20}})
+        .receive([](envelope&) { ADD_FAILURE() << "a message appeared from nowhere"; },
+                 [](caf::error& e) {
+                   EXPECT_EQ(from_caf_error(e), make_error_code(actor_errc::receive_timeout));
+                   EXPECT_NE(describe(e).find("tag 42"), std::string::npos) << describe(e);
+                 });
+    // A rank outside the world is refused.
+    self->request(rank, caf::infinite, send_atom::value, std::uint32_t{3}, std::uint64_t{1},
+                  text(n, "x"))
+        .receive([](sent_atom) { ADD_FAILURE() << "sent to a rank that does not exist"; },
+                 [](caf::error& e) {
+                   EXPECT_EQ(from_caf_error(e), make_error_code(errc::rank_out_of_range));
+                 });
+    self->request(rank, caf::infinite, stats_atom::value)
+        .receive(
+            [](const rank_stats& s) {
+              EXPECT_EQ(s.sends, 103u);
+              EXPECT_EQ(s.received, 103u);
+              EXPECT_EQ(s.receive_timeouts, 1u);
+              EXPECT_EQ(s.send_errors, 1u);
+              EXPECT_LT(s.batches, 103u);  // batched hand-offs from the reactor
+            },
+            [](caf::error& e) { ADD_FAILURE() << describe(e); });
+  }
+  n.stop();
+}
+
+TEST(node_test, a_killed_rank_actor_is_restarted_and_works) {
+  vessel::node n{small_config()};
+  {
+    caf::scoped_actor self{n.system()};
+    auto first = n.rank_actor();
+    ASSERT_TRUE(first);
+    self->send_exit(first, caf::exit_reason::kill);
+    rank_actor second;
+    for (int i = 0; i < 5000; ++i) {
+      second = n.rank_actor();
+      if (second && second.address() != first.address()) break;
+      std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_TRUE(second);
+    ASSERT_NE(second.address(), first.address());
+    send(self, second, 0, 1, text(n, "after restart"));
+    EXPECT_EQ(receive(self, second, 0, 1).data.view(), "after restart");
+  }
+  n.stop();
+  EXPECT_FALSE(n.failed());
+}
+
+using crash_atom = caf::atom_constant<caf::atom("crash")>;
+
+caf::behavior app_actor(caf::event_based_actor*, std::shared_ptr<waitable_log<int>> starts) {
+  starts->push(1);
+  return {[](crash_atom) -> void { throw std::runtime_error("app bug"); }};
+}
+
+TEST(node_test, app_actors_run_under_supervision_and_stop_with_the_node) {
+  auto starts = std::make_shared<waitable_log<int>>();
+  vessel::node n{small_config()};
+  auto app = n.spawn_supervised(make_child("app", app_actor, starts));
+  ASSERT_TRUE(app) << app.error().message();
+  caf::anon_send(app.value(), crash_atom::value);
+  ASSERT_TRUE(starts->wait_until([](const auto& s) { return s.size() == 2; }));
+  n.stop();
+  EXPECT_FALSE(n.failed());
+}
+
+// A transport whose peer events the test plays on the reactor thread.
+class scripted_transport final : public node_transport {
+ public:
+  explicit scripted_transport(mesh_observer& o) : observer{o} {}
+  result<void> send(std::uint32_t, std::uint64_t, io::buffer_slice) override {
+    return outcome::success();
+  }
+  void release(std::uint32_t, std::size_t) override {}
+  void drop_connection(std::uint32_t peer) override {
+    observer.on_peer_state(peer, peer_state::reconnecting,
+                           make_error_code(io::errc::connection_reset));
+    observer.on_peer_state(peer, peer_state::up, {});
+  }
+  mesh_observer& observer;
+};
+
+caf::behavior listener(caf::event_based_actor*, std::shared_ptr<waitable_log<link_event>> log) {
+  return {[log](const link_event& e) { log->push(e); }};
+}
+
+TEST(node_test, a_link_actor_sees_up_reconnecting_up_around_a_dropped_connection) {
+  auto cfg = small_config();
+  cfg.world_size = 2;
+  scripted_transport* transport = nullptr;
+  vessel::node n{cfg, [&](io::reactor&, mesh_observer& o) {
+                   auto t = std::make_unique<scripted_transport>(o);
+                   transport = t.get();
+                   return t;
+                 }};
+  auto events = std::make_shared<waitable_log<link_event>>();
+  link_actor link;
+  for (int i = 0; i < 5000 && !link; ++i) {
+    link = n.link_actor(1);
+    if (!link) std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(link);
+  EXPECT_FALSE(n.link_actor(0));  // no link to self
+  {
+    caf::scoped_actor self{n.system()};
+    auto l = caf::actor_cast<link_listener>(n.system().spawn(listener, events));
+    self->send(link, listen_atom::value, l);
+    // Make sure the listener is registered before events flow.
+    self->request(link, caf::infinite, status_atom::value)
+        .receive([](const link_status&) {}, [](caf::error& e) { ADD_FAILURE() << describe(e); });
+    std::promise<void> done;
+    ASSERT_TRUE(n.reactor().post([&] {
+      transport->observer.on_peer_state(1, peer_state::up, {});
+      transport->drop_connection(1);
+      done.set_value();
+    }));
+    done.get_future().wait();
+    ASSERT_TRUE(events->wait_until([](const auto& es) { return es.size() == 3; }));
+    const auto es = events->snapshot();
+    EXPECT_EQ(es[0].state, peer_state::up);
+    EXPECT_EQ(es[1].state, peer_state::reconnecting);
+    EXPECT_EQ(es[1].why, make_error_code(io::errc::connection_reset));
+    EXPECT_EQ(es[2].state, peer_state::up);
+    self->request(link, caf::infinite, status_atom::value)
+        .receive(
+            [](const link_status& s) {
+              EXPECT_EQ(s.peer, 1u);
+              EXPECT_EQ(s.state, peer_state::up);
+              EXPECT_EQ(s.ups, 2u);
+              EXPECT_EQ(s.reconnects, 1u);
+              EXPECT_EQ(s.last_reason, make_error_code(io::errc::connection_reset));
+            },
+            [](caf::error& e) { ADD_FAILURE() << describe(e); });
+    self->send_exit(l, caf::exit_reason::user_shutdown);
+  }
+  n.stop();
+  EXPECT_TRUE(n.lost_peers().empty());
+}
+
+}  // namespace
+}  // namespace vessel::actors
