@@ -80,6 +80,24 @@ class shm_end final : public driven_end {
     reactor_.stop();
   }
 
+  /// pingpong() with the time of every round trip kept; returns half round trips in us, sorted.
+  /// One clock read per reply: for the percentiles only, never for the medians.
+  std::vector<double> pingpong_each(std::size_t size, std::size_t iters) {
+    stamps_.clear();
+    stamps_.reserve(iters + 1);
+    stamps_.push_back(clock_type::now());
+    record_ = true;
+    pingpong(size, iters);
+    record_ = false;
+    std::vector<double> half_trips;
+    for (std::size_t i = 1; i < stamps_.size(); ++i) {
+      const std::chrono::duration<double, std::micro> trip = stamps_[i] - stamps_[i - 1];
+      half_trips.push_back(trip.count() / 2);
+    }
+    std::sort(half_trips.begin(), half_trips.end());
+    return half_trips;
+  }
+
   double pingpong(std::size_t size, std::size_t iters) {
     begin(mode::ping, size, iters);
     return exchange([&] { send_one(size); });
@@ -121,6 +139,7 @@ class shm_end final : public driven_end {
     if (t != tag_reply) {
       error_ = "unexpected frame";
     } else if (mode_ == mode::ping) {
+      if (record_) stamps_.push_back(clock_type::now());
       if (++count_ == iters_) done_ = true;
       else send_one(size_);
     } else if (mode_ == mode::stream_tx) {
@@ -193,6 +212,8 @@ class shm_end final : public driven_end {
   }
 
   std::vector<std::byte> buf_;
+  std::vector<clock_type::time_point> stamps_;  // pingpong_each(): the start, then every reply
+  bool record_ = false;
   mode mode_ = mode::idle;
   std::unique_ptr<io::shm_transport> transport_;
   std::size_t size_ = 0, iters_ = 0, count_ = 0;
@@ -245,6 +266,17 @@ void initiate(const transport_plan& p, io::shm_channel ch, const bench_options& 
       }};
   run_schedule(p, latency, bandwidth, {&out, "shm", "memcpy", opts.verbose});
   if (opts.verbose) {
+    // The spread of single round trips (the table has medians of whole runs).
+    for (auto size : p.latency_sizes) {
+      const auto each = v.pingpong_each(size, p.latency_iters(size));
+      const auto at = [&](double q) {
+        return each[static_cast<std::size_t>(q * static_cast<double>(each.size() - 1))];
+      };
+      std::fprintf(stderr,
+                   "shm pingpong %zu B, single half round trips: p50 %.3f us, p99 %.3f us, "
+                   "max %.3f us (%zu)\n",
+                   size, at(0.5), at(0.99), each.back(), each.size());
+    }
     const auto& c = v.counters();
     std::fprintf(stderr,
                  "shm initiator: spin hits %llu, sleeps %llu, wake-ups sent %llu, watchdog %llu\n",
