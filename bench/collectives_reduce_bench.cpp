@@ -1,7 +1,7 @@
 // Reduction kernels (collectives/reduce.hpp) beside memcpy of the same bytes in the same run.
 // reduce_into reads two operands and writes one, so its rate counts three streams (2 reads +
 // 1 write) against memcpy's two (1 read + 1 write): at memory bandwidth the ratio is near 1.
-// Sizes are bytes per operand: 64 KiB (L1/L2), 1 MiB (L2), 64 MiB (memory).
+// Sizes are bytes per operand: 8 B (call overhead), 64 KiB (L1/L2), 1 MiB (L2), 64 MiB (memory).
 
 #include <benchmark/benchmark.h>
 
@@ -37,7 +37,8 @@ std::vector<std::byte> random_operand(std::size_t bytes, dtype t, std::uint32_t 
 }
 
 void sizes(benchmark::internal::Benchmark* b) {
-  for (const std::int64_t n : {64 << 10, 1 << 20, 64 << 20}) b->Arg(n);
+  // 8 B: the per-call cost an 8-byte allreduce pays.
+  for (const std::int64_t n : {8, 64 << 10, 1 << 20, 64 << 20}) b->Arg(n);
 }
 
 void run_reduce(benchmark::State& state, dtype t, kernel_isa isa) {

@@ -182,12 +182,16 @@ void divide_half(std::byte* inout, std::size_t n, std::uint32_t by) noexcept {
 bool kernel_isa_supported(kernel_isa isa) noexcept {
   switch (isa) {
     case kernel_isa::portable: return true;
-    case kernel_isa::avx2:
+    case kernel_isa::avx2: {
 #if defined(VESSEL_HAVE_AVX2_KERNELS)
-      return __builtin_cpu_supports("avx2") && has_f16c();
+      // Asked once: CPUID traps to the hypervisor on a VM (microseconds), and every
+      // reduce_into checks its kernel set.
+      static const bool supported = __builtin_cpu_supports("avx2") && has_f16c();
+      return supported;
 #else
       return false;
 #endif
+    }
   }
   return false;
 }

@@ -14,8 +14,8 @@ namespace vessel::collectives {
 
 /// The instruction sets the kernels are compiled for; the best one the CPU has is chosen once.
 enum class kernel_isa : std::uint8_t {
-  portable,  ///< x86-64 baseline (SSE2) or whatever the target's baseline is; scalar float16
-  avx2,      ///< AVX2 (+F16C for float16)
+  portable,  ///< 16-byte vectors: x86-64 baseline SSE2 (or the target's baseline, e.g. NEON)
+  avx2,      ///< 32-byte AVX2 vectors, F16C conversions for float16
 };
 
 /// The set reduce_into uses: the best the CPU supports, or portable when VESSEL_REDUCE_ISA=portable.
@@ -27,7 +27,9 @@ std::string_view to_string(kernel_isa isa) noexcept;
 /// inout[i] = inout[i] op in[i] for every element. avg accumulates a sum (see finish_average).
 /// Integers wrap around (two's complement) on sum and prod. float16 and bfloat16 are reduced in
 /// float32 and rounded back to nearest-even. min and max on floats: NaN in either operand gives
-/// NaN (IEEE 754-2019 minimum/maximum); for equal operands (+0 and -0) inout is kept.
+/// NaN (IEEE 754-2019 minimum/maximum, which NaN is unspecified); for operands that compare
+/// equal (+0 and -0) inout is kept. The result does not depend on the kernel_isa, NaN payloads
+/// aside, so ranks on different CPUs agree.
 /// Errors: unsupported_op (bitwise op on a float type), unsupported_type, size_mismatch (lengths
 /// differ or are not a multiple of size_of(t)).
 result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> in, dtype t,
