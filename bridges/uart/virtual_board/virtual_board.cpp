@@ -20,6 +20,7 @@ namespace {
 
 constexpr std::size_t ring_bytes = 4096;  // 16 largest frames: a host burst while the board waits
 constexpr std::size_t max_reliable_queue = 256;
+constexpr std::size_t rx_backlog_cap = 8192;  // host bytes read but not yet arrived (paced)
 
 std::uint32_t get_u32(const std::uint8_t* p) {
   return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
@@ -80,7 +81,8 @@ void virtual_board::plug_in() {
     if (ec) throw std::runtime_error("virtual_board: cannot link " + config_.link.string());
   }
   tx_.clear();
-  tx_free_ = rx_free_ = clock::now();
+  rx_backlog_.clear();
+  tx_free_ = clock::now();
   plugged_.store(true);
 }
 
@@ -93,6 +95,7 @@ void virtual_board::pull_out() {
   if (keeper_ >= 0) ::close(keeper_);
   master_ = keeper_ = -1;
   tx_.clear();
+  rx_backlog_.clear();
   plugged_.store(false);
 }
 
@@ -325,21 +328,34 @@ void virtual_board::on_deliver(const std::uint8_t* payload, std::size_t n, bool 
 // -- The board thread ------------------------------------------------------------------------
 
 void virtual_board::pump_rx(clock::time_point now) {
-  // Paced: the line delivers a byte per byte time, so the board takes at most what has "arrived".
-  std::size_t budget = 256;
-  if (config_.paced) {
-    if (now < rx_free_) return;
-    const auto since = now - rx_free_;
-    budget = std::clamp<std::size_t>(static_cast<std::size_t>(since / byte_time_) + 1, 1, 256);
+  // Read what the host wrote into a backlog that models the line: its bytes reach the board one
+  // byte time apart, the first a byte time after it was read (paced); unpaced, at once.
+  if (rx_backlog_.size() < rx_backlog_cap) {
+    std::uint8_t buf[512];
+    const auto want = std::min(sizeof buf, rx_backlog_cap - rx_backlog_.size());
+    const auto r = ::read(master_, buf, want);
+    if (r > 0) {  // EAGAIN: nothing; EIO: no slave open (the host is between opens)
+      if (rx_backlog_.empty()) rx_front_due_ = now + byte_time_;
+      const auto in = damage(buf, static_cast<std::size_t>(r), false);
+      rx_backlog_.insert(rx_backlog_.end(), in.begin(), in.end());
+    }
   }
-  std::uint8_t buf[256];
-  const auto room = std::min<std::size_t>(budget, vsl_ring_free(&ring_));
-  if (room == 0) return;
-  const auto r = ::read(master_, buf, room);
-  if (r <= 0) return;  // EAGAIN: nothing; EIO: no slave open (the host is between opens)
-  if (config_.paced) rx_free_ = std::max(rx_free_, now - byte_time_ * 16) + byte_time_ * r;
-  const auto in = damage(buf, static_cast<std::size_t>(r), false);
-  vsl_rx_push_chunk(&ring_, in.data(), in.size());
+  std::size_t ready = rx_backlog_.size();
+  if (config_.paced) {
+    if (rx_backlog_.empty() || now < rx_front_due_) return;
+    ready = std::min<std::size_t>(ready, static_cast<std::size_t>((now - rx_front_due_) / byte_time_) + 1);
+  }
+  ready = std::min<std::size_t>(ready, vsl_ring_free(&ring_));
+  std::uint8_t chunk[512];
+  std::size_t moved = 0;
+  while (moved < ready) {
+    const std::size_t n = std::min(sizeof chunk, ready - moved);
+    std::copy_n(rx_backlog_.begin() + static_cast<long>(moved), n, chunk);
+    vsl_rx_push_chunk(&ring_, chunk, n);
+    moved += n;
+  }
+  rx_backlog_.erase(rx_backlog_.begin(), rx_backlog_.begin() + static_cast<long>(moved));
+  rx_front_due_ += byte_time_ * static_cast<long>(moved);
 }
 
 void virtual_board::pump_tx(clock::time_point now) {
@@ -409,11 +425,11 @@ void virtual_board::run() {
     // Sleep until the next unit is due, a byte arrives, or 1 ms (the board's poll period).
     auto wake = now + std::chrono::milliseconds{1};
     if (!tx_.empty()) wake = std::min(wake, tx_.front().due);
-    if (config_.paced && rx_free_ > now) wake = std::min(wake, rx_free_);
+    if (!rx_backlog_.empty()) wake = std::min(wake, rx_front_due_);
     const int fd = master_;
-    const bool more_rx = vsl_ring_count(&ring_) > 0;
-    // Paced and the line still busy delivering what was read: waiting for POLLIN would spin.
-    const bool rx_busy = config_.paced && rx_free_ > now;
+    const bool more_rx = vsl_ring_count(&ring_) > 0 || (!config_.paced && !rx_backlog_.empty());
+    // A full backlog is read no further: waiting for POLLIN would then spin.
+    const bool rx_busy = rx_backlog_.size() >= rx_backlog_cap;
     lock.unlock();
     if (more_rx) continue;
     now = clock::now();

@@ -161,7 +161,8 @@ class virtual_board {
   std::uint8_t next_session_;
   std::deque<unit> tx_;                        // paced units waiting for their due time
   clock::time_point tx_free_{};                // when the line has sent all handed to it
-  clock::time_point rx_free_{};                // when the line can deliver the next host byte
+  std::deque<std::uint8_t> rx_backlog_;        // host bytes read, still "on the line" (paced)
+  clock::time_point rx_front_due_{};            // when the backlog's first byte reaches the board
   std::deque<std::vector<std::uint8_t>> reliable_queue_;  // replies waiting for window room
   clock::time_point next_telemetry_{};
   std::uint32_t samples_ = 0;

@@ -201,10 +201,13 @@ TEST_F(uart_link_test, telemetry_reaches_subscribers_until_they_unsubscribe) {
 TEST_F(uart_link_test, ten_thousand_calls_through_one_percent_corruption_each_answered_once) {
   constexpr std::uint32_t total = 10'000;
   constexpr std::uint32_t outstanding = 16;
-  start_board(fast_board(0.01, 20261129));
+  // The board boots only once the host has opened the port: the open flushes what the tty
+  // holds, and frames lost that way would blur the frame accounting below.
+  board_ = std::make_unique<virtual_board>(fast_board(0.01, 20261129));
   auto cfg = fast_link();
   cfg.channel.window = 8;
   open_link(cfg);
+  board_->start();
 
   std::vector<std::uint8_t> answered(total, 0);
   std::uint32_t made = 0, done = 0, wrong = 0, failed = 0;
@@ -253,12 +256,13 @@ TEST_F(uart_link_test, ten_thousand_calls_through_one_percent_corruption_each_an
   EXPECT_NEAR(from_host_rate, 0.01, 0.002);
 
   // Board -> host: no damaged frame was accepted (the frame CRC and the link check catch every
-  // one), each damaged frame whose start byte survived left a rejected candidate, and intact
-  // frames were lost only at the open (the port's flush) or inside a bogus candidate.
+  // one), each damaged frame whose start byte survived left a rejected candidate, and an intact
+  // frame was lost only inside a bogus candidate (one the frame CRC passed and the link check
+  // caught), which spans at most a few small frames.
   const std::uint64_t real_frames = host.frames_in - host.bad_check;
   const std::uint64_t intact = board.to_host.frames - board.to_host.frames_damaged;
   EXPECT_LE(real_frames, intact);
-  EXPECT_LE(intact - real_frames, 2 + 8 * host.bad_check);
+  EXPECT_LE(intact - real_frames, 8 * host.bad_check);
   EXPECT_GE(host.crc_errors + host.bad_length + host.truncated + host.bad_check,
             board.to_host.frames_damaged - board.to_host.start_bytes_hit);
   // Both senders had to retransmit: each side lost frames to the other's corruption.
