@@ -61,7 +61,9 @@ TEST(dissemination_barrier, no_rank_leaves_before_the_last_one_arrives) {
                        seed);
       const std::uint32_t late = static_cast<std::uint32_t>(seed * 7919 % p);
       for (std::uint32_t r = 0; r < p; ++r) {
-        if (r != late) ASSERT_FALSE(net.start(r));
+        if (r != late) {
+          ASSERT_FALSE(net.start(r));
+        }
       }
       // Everything that can be delivered without the late rank (early signals included).
       ASSERT_FALSE(net.deliver());
@@ -194,7 +196,9 @@ void check_gather(const block_case& c, std::uint64_t seed) {
   for (const auto& in : inputs) want.insert(want.end(), in.begin(), in.end());
   EXPECT_EQ(net.buffers(c.root).output, want);
   for (std::uint32_t r = 0; r < c.size; ++r) {
-    if (r != c.root) EXPECT_TRUE(net.buffers(r).output.empty());
+    if (r != c.root) {
+      EXPECT_TRUE(net.buffers(r).output.empty());
+    }
   }
 }
 
@@ -224,7 +228,9 @@ void check_scatter(const block_case& c, std::uint64_t seed) {
     ASSERT_TRUE(std::equal(got.begin() + at, got.begin() + at + block, message.begin() + r * block))
         << "rank " << r;
   }
-  if (c.in_place) EXPECT_EQ(net.buffers(c.root).input, message);
+  if (c.in_place) {
+    EXPECT_EQ(net.buffers(c.root).input, message);
+  }
 }
 
 TEST(binomial_gather, the_root_gets_every_block_in_rank_order_for_every_world_size_and_root) {

@@ -107,7 +107,9 @@ TEST_P(on_simulated_network, broadcasts_reduce_and_barrier_give_the_serial_resul
         ASSERT_TRUE(reduce_into(want, s.buffers[r].input, dtype::float32, op));
       }
     }
-    if (op == reduce_op::avg) ASSERT_TRUE(finish_average(want, dtype::float32, p));
+    if (op == reduce_op::avg) {
+      ASSERT_TRUE(finish_average(want, dtype::float32, p));
+    }
     s.buffers[root].output.resize(want.size());
     run(net, s);
     ASSERT_TRUE(s.report.completed()) << s.report.explain();

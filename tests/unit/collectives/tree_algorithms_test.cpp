@@ -159,8 +159,8 @@ TEST_P(broadcast_test, random_interleavings_give_the_same_result) {
 
 INSTANTIATE_TEST_SUITE_P(kinds, broadcast_test,
                          ::testing::Values(broadcast_kind::binomial, broadcast_kind::chain),
-                         [](const auto& info) {
-                           return info.param == broadcast_kind::chain ? "chain" : "binomial";
+                         [](const auto& test) {
+                           return test.param == broadcast_kind::chain ? "chain" : "binomial";
                          });
 
 TEST(chain_broadcast, each_link_carries_the_message_once_along_the_chain) {
@@ -225,7 +225,9 @@ std::vector<std::byte> serial_reduce(const reduce_case& c,
   for (std::uint32_t r = 1; r < c.size; ++r) {
     EXPECT_TRUE(reduce_into(acc, inputs[r], c.type, c.op));
   }
-  if (c.op == reduce_op::avg) EXPECT_TRUE(finish_average(acc, c.type, c.size));
+  if (c.op == reduce_op::avg) {
+    EXPECT_TRUE(finish_average(acc, c.type, c.size));
+  }
   return acc;
 }
 
