@@ -34,6 +34,7 @@
 
 #include "actors/auth.hpp"
 #include "actors/detailed_error.hpp"
+#include "actors/env.hpp"
 #include "actors/host_identity.hpp"
 #include "actors/link_liveness.hpp"
 #include "actors/link_receiver.hpp"
@@ -233,9 +234,10 @@ class mesh {
   const mesh_config& config() const noexcept { return config_; }
   io::reactor& reactor() noexcept { return reactor_; }
 
- private:
-  friend class peer_link;
+  /// The inside (actors/mesh_impl.hpp): shared by peer_link and mesh_connection, not for apps.
   struct impl;
+
+ private:
 
   io::reactor& reactor_;
   mesh_config config_;

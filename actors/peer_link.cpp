@@ -1,0 +1,557 @@
+#include "actors/peer_link.hpp"
+
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <system_error>
+
+#include "actors/errc.hpp"
+#include "actors/mesh_connection.hpp"
+#include "actors/mesh_impl.hpp"
+#include "io/errc.hpp"
+#include "io/log.hpp"
+
+namespace vessel::actors {
+namespace {
+
+link_sender_config sender_config(const mesh_config& c) {
+  link_sender_config s = c.sender;
+  s.initial_credit = c.window_bytes;
+  return s;
+}
+
+link_receiver_config receiver_config(const mesh_config& c) {
+  link_receiver_config r = c.receiver;
+  r.window_bytes = c.window_bytes;
+  return r;
+}
+
+wire::reassembly_limits reassembly_limits_for(const mesh::impl& m) {
+  wire::reassembly_limits l;
+  l.max_message_bytes = m.pool.max_block_size();
+  l.max_fragments = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(UINT32_MAX, l.max_message_bytes / m.config.fragment_bytes + 1));
+  return l;
+}
+
+template <class Body>
+wire::frame_header control_frame(const Body& body) {
+  wire::frame_header h;
+  h.body = body;
+  return h;
+}
+
+}  // namespace
+
+peer_link::peer_link(mesh::impl& owner, std::uint32_t peer)
+    : owner_{owner},
+      peer_{peer},
+      sender_{sender_config(owner.config)},
+      receiver_{receiver_config(owner.config)},
+      liveness_{owner.config.liveness, now()},
+      reassembler_{reassembly_limits_for(owner)},
+      fragment_bytes_{owner.config.fragment_bytes},
+      queue_(std::max<std::size_t>(owner.config.max_queued_messages, 1)),
+      backoff_{owner.config.redial,
+               (std::uint64_t{owner.config.self_rank} << 32) ^ peer ^ owner.config.incarnation} {
+  // Blocking on purpose: io_uring polls a blocking timerfd, but may answer -EAGAIN at once for a
+  // non-blocking one.
+  timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+  if (timer_fd_ < 0) throw std::system_error(errno, std::generic_category(), "timerfd_create");
+}
+
+peer_link::~peer_link() {
+  if (timer_fd_ >= 0) ::close(timer_fd_);
+}
+
+link_time peer_link::now() noexcept {
+  return std::chrono::duration_cast<link_time>(
+      std::chrono::steady_clock::now().time_since_epoch());
+}
+
+bool peer_link::dials() const noexcept { return owner_.config.self_rank > peer_; }
+
+void peer_link::start() {
+  if (!timer_op_.in_flight()) {
+    owner_.reactor.read(timer_op_, timer_fd_,
+                        std::as_writable_bytes(std::span{&timer_op_.expirations, 1}));
+  }
+  owner_.publish(peer_, state_, {});
+  if (dials()) start_dialing();
+}
+
+void peer_link::set_state(peer_state s, std::error_code why) {
+  state_ = s;
+  stats_.state = s;
+  owner_.publish(peer_, s, why);
+}
+
+// ---------------------------------------------------------------------------------- send side
+
+result<void> peer_link::send(std::uint64_t tag, io::buffer_slice payload) {
+  if (closing_) return make_error_code(errc::mesh_closed);
+  if (state_ == peer_state::down) return make_error_code(errc::mesh_peer_down);
+  if (payload.size() > owner_.pool.max_block_size()) {
+    return make_error_code(errc::mesh_message_too_large);
+  }
+  if (queue_count_ == queue_.size()) {
+    blocked_ = true;
+    ++stats_.would_block;
+    return make_error_code(errc::link_would_block);
+  }
+  pending_message& m = queue_[(queue_head_ + queue_count_) % queue_.size()];
+  m.tag = tag;
+  m.message_id = next_message_id_++;
+  m.payload = std::move(payload);
+  m.next_fragment = 0;
+  ++queue_count_;
+  pump();
+  return outcome::success();
+}
+
+void peer_link::pump() {
+  if (pumping_) return;  // an on_writable() handler sent again: the loop below picks it up
+  pumping_ = true;
+  while (queue_count_ > 0) {
+    pending_message& m = queue_[queue_head_];
+    const std::uint64_t total = m.payload.size();
+    const auto count = static_cast<std::uint32_t>(total == 0 ? 1 : (total - 1) / fragment_bytes_ + 1);
+    while (m.next_fragment < count) {
+      const std::uint64_t offset = std::uint64_t{m.next_fragment} * fragment_bytes_;
+      const std::uint64_t len = std::min<std::uint64_t>(fragment_bytes_, total - offset);
+      if (!sender_.writable(len)) break;
+      wire::frame_header h;
+      h.payload_len = static_cast<std::uint32_t>(len);
+      h.body = wire::data_fields{owner_.config.self_rank, peer_, m.tag, m.message_id,
+                                 m.next_fragment, count, total, offset};
+      auto submitted = sender_.submit(h, m.payload.subslice(offset, len));
+      if (!submitted) {
+        // writable() said yes: only a misconfiguration (fragment over the send bound) gets here.
+        log::get("actors").error("link to rank {}: message {} dropped: {}", peer_, m.message_id,
+                                 submitted.error().message());
+        m.next_fragment = count;
+        break;
+      }
+      ++m.next_fragment;
+    }
+    if (m.next_fragment < count) break;
+    ++stats_.messages_sent;
+    m.payload.reset();
+    queue_head_ = (queue_head_ + 1) % queue_.size();
+    --queue_count_;
+  }
+  transmit();
+  pumping_ = false;
+  if (blocked_ && queue_count_ < queue_.size()) {
+    blocked_ = false;
+    owner_.observer.on_writable(peer_);
+  }
+}
+
+void peer_link::transmit() {
+  if (connection_ == nullptr || state_ != peer_state::up) return;
+  if (stalled_) {
+    if (!send_frame(stalled_->header, stalled_->payload)) return;
+    stalled_.reset();
+  }
+  while (const outgoing_frame* f = sender_.next_transmit()) {
+    if (!send_frame(f->header, f->payload)) {
+      stalled_ = *f;  // a header copy and a slice handle: no allocation
+      return;
+    }
+  }
+}
+
+bool peer_link::send_frame(const wire::frame_header& header, const io::buffer_slice& payload) {
+  if (connection_ == nullptr) return false;
+  auto sent = connection_->transport().send(header, payload);
+  if (!sent) return false;  // queue full: on_writable() resumes; closed: on_closed follows
+  liveness_.on_sent(now());
+  return true;
+}
+
+bool peer_link::send_control(const wire::frame_header& header) {
+  if (connection_ == nullptr) return false;
+  if (!connection_->transport().send_copy(header, {})) return false;
+  liveness_.on_sent(now());
+  return true;
+}
+
+void peer_link::on_writable() {
+  flush_ack(now());
+  pump();
+}
+
+// ------------------------------------------------------------------------------- receive side
+
+void peer_link::on_frame(const wire::frame_header& header, std::span<const std::byte> payload) {
+  const link_time t = now();
+  liveness_.on_received(t);
+  switch (header.kind()) {
+    case wire::frame_kind::data:
+      on_data(header, std::get<wire::data_fields>(header.body), payload);
+      break;
+    case wire::frame_kind::ack: {
+      auto acked = sender_.on_ack(std::get<wire::ack_fields>(header.body).cumulative_seq);
+      if (!acked) return fail(acked.error(), "bad ack");
+      pump();
+      break;
+    }
+    case wire::frame_kind::credit: {
+      auto granted = sender_.on_credit(std::get<wire::credit_fields>(header.body).bytes);
+      if (!granted) return fail(granted.error(), "bad credit grant");
+      pump();
+      break;
+    }
+    case wire::frame_kind::heartbeat: {
+      if (auto answer = liveness_.on_heartbeat(std::get<wire::heartbeat_fields>(header.body), t)) {
+        send_control(control_frame(*answer));
+      }
+      break;
+    }
+    case wire::frame_kind::hello:
+    case wire::frame_kind::collective:
+    case wire::frame_kind::device:
+      return fail(make_error_code(errc::mesh_protocol_error), "unexpected frame kind");
+  }
+  if (connection_ != nullptr) flush_ack(t);
+}
+
+void peer_link::on_data(const wire::frame_header& header, const wire::data_fields& data,
+                        std::span<const std::byte> payload) {
+  if (header.seq != 0 && header.seq <= receiver_.last_seq_seen()) {
+    (void)receiver_.on_frame(header, now());  // counts the duplicate
+    return;
+  }
+  if (data.src != peer_ || data.dst != owner_.config.self_rank) {
+    return fail(make_error_code(errc::mesh_protocol_error), "data frame with wrong src/dst");
+  }
+  const bool first = data.fragment_index == 0;
+  if (first) {
+    if (data.total_len > owner_.pool.max_block_size()) {
+      return fail(make_error_code(errc::mesh_message_too_large), "message over the largest block");
+    }
+    reassembly_block_ = owner_.pool.try_acquire(data.total_len);
+    if (!reassembly_block_) {
+      // Not accepted yet: the peer resends it after the reconnect, by when blocks may be back.
+      log::get("actors").warn("link to rank {}: no pool block for a {}-byte message; reconnecting",
+                              peer_, data.total_len);
+      if (connection_ != nullptr) connection_->close();
+      return;
+    }
+  }
+  auto verdict = receiver_.on_frame(header, now());
+  if (!verdict) return fail(verdict.error(), "bad data frame");
+  if (verdict.value() == receive_verdict::duplicate) return;
+  if (first) {
+    auto begun = reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
+                                    reassembly_block_.bytes());
+    if (!begun) return fail(begun.error(), "bad message layout");
+    in_progress_bytes_ = 0;
+  } else if (!reassembler_.active() || reassembler_.message_id() != data.message_id) {
+    return fail(make_error_code(errc::mesh_protocol_error), "fragment of no message in progress");
+  }
+  auto accepted = reassembler_.accept(data.fragment_index, data.fragment_count,
+                                      data.fragment_offset, data.total_len, payload);
+  if (!accepted) return fail(accepted.error(), "bad fragment");
+  in_progress_bytes_ += payload.size();
+  // The overdraft (mesh.hpp): the fragments of one multi-fragment message at a time count as
+  // consumed at once, so a message larger than the window still completes.
+  if (data.fragment_count > 1 && (overdraft_ == 0 || overdraft_message_ == data.message_id)) {
+    overdraft_ += payload.size();
+    overdraft_message_ = data.message_id;
+    report_consumed(payload.size());
+  }
+  if (!reassembler_.complete()) return;
+  in_progress_bytes_ = 0;
+  delivered_unreleased_ += data.total_len;
+  ++stats_.messages_received;
+  inbound_message m{peer_, data.tag, data.message_id,
+                    std::move(reassembly_block_).slice(0, data.total_len)};
+  reassembly_block_.reset();
+  owner_.observer.on_message(std::move(m));
+}
+
+void peer_link::release(std::size_t bytes) {
+  if (bytes > delivered_unreleased_) {
+    if (!over_release_logged_) {
+      log::get("actors").warn("link to rank {}: released {} bytes, only {} delivered and held",
+                              peer_, bytes, delivered_unreleased_);
+      over_release_logged_ = true;
+    }
+    bytes = delivered_unreleased_;
+  }
+  delivered_unreleased_ -= bytes;
+  const std::uint64_t repay = std::min<std::uint64_t>(bytes, overdraft_);
+  overdraft_ -= repay;
+  report_consumed(bytes - repay);
+}
+
+void peer_link::report_consumed(std::uint64_t bytes) {
+  if (bytes == 0) return;
+  auto grant = receiver_.on_consumed(bytes);
+  if (!grant) {
+    log::get("actors").error("link to rank {}: credit accounting: {}", peer_,
+                             grant.error().message());
+    return;
+  }
+  // Not connected: lost, and restored by the grant after the next handshake.
+  if (grant.value() && state_ == peer_state::up) send_control(control_frame(*grant.value()));
+}
+
+void peer_link::flush_ack(link_time t) {
+  if (connection_ == nullptr || state_ != peer_state::up) return;
+  if (owed_ack_) {
+    if (!send_control(control_frame(wire::ack_fields{*owed_ack_}))) return;
+    owed_ack_.reset();
+  }
+  if (auto ack = receiver_.poll_ack(t)) {
+    if (!send_control(control_frame(*ack))) owed_ack_ = ack->cumulative_seq;
+  }
+  if (auto due = receiver_.ack_deadline()) arm_timer(*due);
+}
+
+// --------------------------------------------------------------------------------------- timer
+
+void peer_link::arm_timer(link_time deadline) {
+  if (deadline >= armed_ || closing_) return;
+  armed_ = deadline;
+  itimerspec spec{};
+  const auto ns = std::max<std::int64_t>(deadline.count(), 1);
+  spec.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  spec.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  ::timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
+}
+
+void peer_link::on_timer(int res) {
+  if (closing_ || res == -ECANCELED) {
+    owner_.check_closed();
+    return;
+  }
+  armed_ = link_time::max();
+  owner_.reactor.read(timer_op_, timer_fd_,
+                      std::as_writable_bytes(std::span{&timer_op_.expirations, 1}));
+  service_timer();
+}
+
+void peer_link::service_timer() {
+  if (connection_ == nullptr || state_ != peer_state::up) return;
+  const link_time t = now();
+  if (liveness_.peer_silent(t)) {
+    log::get("actors").warn("link to rank {}: silent for over {} ms: down", peer_,
+                            std::chrono::duration_cast<std::chrono::milliseconds>(
+                                owner_.config.liveness.peer_deadline)
+                                .count());
+    return go_down(make_error_code(errc::link_peer_silent));
+  }
+  if (auto probe = liveness_.on_idle_tick(t)) {
+    if (connection_ != nullptr) (void)connection_->transport().send_copy(control_frame(*probe), {});
+  }
+  flush_ack(t);
+  arm_timer(std::min(liveness_.next_heartbeat_at(), liveness_.silent_at()));
+}
+
+// --------------------------------------------------------------------------- connection events
+
+std::uint64_t peer_link::resume_point(std::optional<std::uint64_t> incarnation) const noexcept {
+  if (!peer_incarnation_ || !incarnation || *incarnation != *peer_incarnation_) return 0;
+  return receiver_.last_seq_seen();
+}
+
+void peer_link::attach(mesh_connection& c, const handshake_accepted& accepted) {
+  if (closing_) {
+    c.close();
+    return;
+  }
+  if (connection_ != nullptr && connection_ != &c) {
+    // The peer dialled again before we saw the old connection die (half-open): replace it.
+    mesh_connection* old = connection_;
+    connection_ = nullptr;
+    old->detach();
+    old->close();
+  }
+  if (reconnect_timer_) owner_.reactor.cancel_timer(*reconnect_timer_);
+  if (redial_timer_) owner_.reactor.cancel_timer(*redial_timer_);
+  reconnect_timer_.reset();
+  redial_timer_.reset();
+  backoff_.reset();
+
+  const bool restarted = peer_incarnation_ && *peer_incarnation_ != accepted.peer_incarnation;
+  const bool fresh = !peer_incarnation_ || restarted;
+  if (state_ == peer_state::down && !restarted) {
+    // Down is final for an incarnation: only a restarted peer gets a new stream.
+    log::get("actors").info("link to rank {}: refusing a reconnect: the link is down", peer_);
+    c.detach();
+    c.close();
+    return;
+  }
+  if (restarted) {
+    log::get("actors").warn("link to rank {}: peer restarted (incarnation {} -> {}): new stream",
+                            peer_, *peer_incarnation_, accepted.peer_incarnation);
+    reset_streams();
+    ++stats_.restarts;
+    set_state(peer_state::restarted, {});
+  } else if (ever_connected_) {
+    ++stats_.reconnects;
+  }
+  peer_incarnation_ = accepted.peer_incarnation;
+  ever_connected_ = true;
+  connection_ = &c;
+  stalled_.reset();
+  owed_ack_.reset();
+
+  // A fresh stream starts at 0 whatever the peer's hello says (it spoke of another stream).
+  auto resumed = sender_.resume(fresh ? 0 : accepted.peer_last_seq_seen);
+  if (!resumed) return fail(resumed.error(), "peer resumes from a seq we never sent");
+  const link_time t = now();
+  liveness_.on_sent(t);
+  liveness_.on_received(t);
+  state_ = peer_state::up;  // before sending: transmit() checks it
+  send_control(control_frame(receiver_.on_reconnect()));
+  set_state(peer_state::up, {});
+  arm_timer(std::min(liveness_.next_heartbeat_at(), liveness_.silent_at()));
+  pump();
+}
+
+void peer_link::on_connection_closed(mesh_connection& c, std::error_code why) {
+  if (&c != connection_) return;
+  connection_ = nullptr;
+  stalled_.reset();
+  if (closing_ || state_ == peer_state::down) return;
+  lost_connection(why);
+}
+
+void peer_link::lost_connection(std::error_code why) {
+  log::get("actors").info("link to rank {}: connection lost ({}): reconnecting", peer_,
+                          why.message());
+  set_state(peer_state::reconnecting, why);
+  if (!reconnect_timer_) {
+    reconnect_timer_ = owner_.reactor.add_timer(owner_.config.reconnect_deadline, [this] {
+      reconnect_timer_.reset();
+      log::get("actors").warn("link to rank {}: not back within {} ms: down", peer_,
+                              owner_.config.reconnect_deadline.count());
+      go_down(make_error_code(errc::mesh_reconnect_timeout));
+    });
+  }
+  if (dials()) start_dialing();
+}
+
+void peer_link::go_down(std::error_code why) {
+  if (state_ == peer_state::down) return;
+  if (connection_ != nullptr) {
+    mesh_connection* c = connection_;
+    connection_ = nullptr;
+    c->detach();
+    c->close();
+  }
+  if (reconnect_timer_) owner_.reactor.cancel_timer(*reconnect_timer_);
+  if (redial_timer_) owner_.reactor.cancel_timer(*redial_timer_);
+  reconnect_timer_.reset();
+  redial_timer_.reset();
+  stalled_.reset();
+  // What waits for this peer will never go: release the app's blocks.
+  while (queue_count_ > 0) {
+    queue_[queue_head_].payload.reset();
+    queue_head_ = (queue_head_ + 1) % queue_.size();
+    --queue_count_;
+  }
+  set_state(peer_state::down, why);
+}
+
+void peer_link::fail(std::error_code why, const char* what) {
+  log::get("actors").error("link to rank {}: {}: {}: down", peer_, what, why.message());
+  go_down(why);
+}
+
+void peer_link::reset_streams() {
+  sender_ = link_sender{sender_config(owner_.config)};
+  receiver_ = link_receiver{receiver_config(owner_.config)};
+  reassembler_ = wire::reassembler{reassembly_limits_for(owner_)};
+  reassembly_block_.reset();
+  while (queue_count_ > 0) {
+    queue_[queue_head_].payload.reset();
+    queue_head_ = (queue_head_ + 1) % queue_.size();
+    --queue_count_;
+  }
+  next_message_id_ = 1;
+  delivered_unreleased_ = 0;
+  overdraft_ = 0;
+  overdraft_message_ = 0;
+  in_progress_bytes_ = 0;
+  stalled_.reset();
+  owed_ack_.reset();
+}
+
+void peer_link::start_dialing() {
+  if (closing_ || state_ == peer_state::down || connection_ != nullptr || redial_timer_) return;
+  owner_.dial(*this);
+}
+
+void peer_link::dial_failed(std::error_code why) {
+  if (closing_ || state_ == peer_state::down || connection_ != nullptr) return;
+  const auto delay = backoff_.next().value_or(owner_.config.redial.max_delay);
+  log::get("actors").debug("link to rank {}: dial failed ({}), again in {} us", peer_,
+                           why.message(),
+                           std::chrono::duration_cast<std::chrono::microseconds>(delay).count());
+  redial_timer_ = owner_.reactor.add_timer(delay, [this] {
+    redial_timer_.reset();
+    start_dialing();
+  });
+}
+
+void peer_link::drop_connection() {
+  if (connection_ != nullptr) connection_->close();
+}
+
+void peer_link::close() {
+  if (closing_) return;
+  closing_ = true;
+  if (reconnect_timer_) owner_.reactor.cancel_timer(*reconnect_timer_);
+  if (redial_timer_) owner_.reactor.cancel_timer(*redial_timer_);
+  reconnect_timer_.reset();
+  redial_timer_.reset();
+  if (connection_ != nullptr) {
+    mesh_connection* c = connection_;
+    connection_ = nullptr;
+    c->detach();
+    c->close();
+  }
+  if (timer_op_.in_flight()) owner_.reactor.cancel(timer_op_);
+  stalled_.reset();
+  while (queue_count_ > 0) {
+    queue_[queue_head_].payload.reset();
+    queue_head_ = (queue_head_ + 1) % queue_.size();
+    --queue_count_;
+  }
+  reassembly_block_.reset();
+  if (state_ != peer_state::down) set_state(peer_state::down, make_error_code(errc::mesh_closed));
+}
+
+bool peer_link::idle() const noexcept { return !timer_op_.in_flight(); }
+
+// ------------------------------------------------------------------------------------- counters
+
+peer_link_stats peer_link::stats() const {
+  peer_link_stats s = stats_;
+  const auto& tx = sender_.stats();
+  const auto& rx = receiver_.stats();
+  const auto& lv = liveness_.stats();
+  s.frames_sent = tx.frames_sent;
+  s.bytes_sent = tx.bytes_sent;
+  s.retransmits = tx.retransmits;
+  s.credit_stalls = tx.credit_stalls;
+  s.frames_received = rx.frames_received;
+  s.bytes_received = rx.bytes_received;
+  s.duplicates = rx.duplicates_dropped;
+  s.heartbeats_sent = lv.heartbeats_sent;
+  s.heartbeats_received = lv.heartbeats_received;
+  s.srtt = lv.srtt;
+  s.last_rtt = lv.last_rtt;
+  s.held_bytes = delivered_unreleased_;
+  s.buffered_bytes = sender_.buffered_bytes();
+  return s;
+}
+
+}  // namespace vessel::actors

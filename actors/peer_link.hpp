@@ -1,0 +1,162 @@
+#pragma once
+// The link to one peer: the reliability and flow-control state machines (link_sender,
+// link_receiver, link_liveness) driven over whichever authenticated connection is current,
+// message fragmentation and in-place reassembly, and the link's timer. Reactor thread only.
+//
+// A connection comes and goes (mesh_connection); the link outlives it. While none is attached
+// the link is connecting or reconnecting: sends queue (bounded) and nothing is lost, since the
+// sender keeps every unacked frame and resends from the peer's last_seq_seen after the next
+// handshake. Timers: ack delay, heartbeat and silence share ONE timerfd read per link, re-armed
+// only when the earliest deadline moves earlier, so the per-message path makes no allocation
+// (the reactor's timer_queue allocates per add) and at most one timerfd_settime.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <system_error>
+#include <vector>
+
+#include "actors/handshake.hpp"
+#include "actors/link_liveness.hpp"
+#include "actors/link_receiver.hpp"
+#include "actors/link_sender.hpp"
+#include "actors/mesh.hpp"
+#include "io/backoff.hpp"
+#include "io/io_op.hpp"
+#include "io/timer_queue.hpp"
+#include "wire/fragmenter.hpp"
+#include "wire/frame_header.hpp"
+#include "wire/reassembler.hpp"
+
+namespace vessel::actors {
+
+class mesh_connection;
+
+/// One peer's link. Owned by the mesh; reactor thread only.
+class peer_link {
+ public:
+  peer_link(mesh::impl& owner, std::uint32_t peer);
+  ~peer_link();
+  peer_link(const peer_link&) = delete;
+  peer_link& operator=(const peer_link&) = delete;
+
+  std::uint32_t peer() const noexcept { return peer_; }
+  peer_state state() const noexcept { return state_; }
+  /// True when this side dials the peer (the higher rank dials the lower).
+  bool dials() const noexcept;
+
+  /// Queues one message (see mesh::send).
+  result<void> send(std::uint64_t tag, io::buffer_slice payload);
+  /// The app released `bytes` of delivered messages (see mesh::release).
+  void release(std::size_t bytes);
+  peer_link_stats stats() const;
+
+  /// The last_seq_seen our hello carries to a peer of incarnation `peer_incarnation`: ours when
+  /// it is the incarnation we know, else 0 (a new stream).
+  std::uint64_t resume_point(std::optional<std::uint64_t> peer_incarnation) const noexcept;
+  /// The peer's incarnation from the last handshake, if any.
+  std::optional<std::uint64_t> known_incarnation() const noexcept { return peer_incarnation_; }
+
+  /// A connection finished its handshake: it becomes the current one (replacing any other),
+  /// the sender resumes after the peer's last_seq_seen (or both sides start a new stream when
+  /// the incarnation changed), and a fresh credit grant goes out.
+  void attach(mesh_connection& c, const handshake_accepted& accepted);
+  /// A frame on the attached connection.
+  void on_frame(const wire::frame_header& header, std::span<const std::byte> payload);
+  /// The attached connection has room again.
+  void on_writable();
+  /// The attached connection ended.
+  void on_connection_closed(mesh_connection& c, std::error_code why);
+
+  /// Fault injection: close the current connection as if the network cut it.
+  void drop_connection();
+  /// Orderly shutdown: no more dialling or timers; closes the connection.
+  void close();
+  /// True when nothing of this link is still in flight on the reactor.
+  bool idle() const noexcept;
+
+  /// Called by the mesh once the peer's address is known: starts dialling (if we dial).
+  void start();
+  /// A dial attempt failed: the next one after a backoff delay.
+  void dial_failed(std::error_code why);
+
+ private:
+  struct timer_op final : io::io_op {
+    explicit timer_op(peer_link& l) : owner{l} {}
+    void complete(int res, std::uint32_t) override { owner.on_timer(res); }
+    peer_link& owner;
+    std::uint64_t expirations = 0;
+  };
+  // One queued message: fragments [next_fragment, count) still to go to the link_sender.
+  struct pending_message {
+    std::uint64_t tag = 0;
+    std::uint64_t message_id = 0;
+    io::buffer_slice payload;
+    std::uint32_t next_fragment = 0;
+  };
+
+  static link_time now() noexcept;
+  void set_state(peer_state s, std::error_code why = {});
+  void pump();
+  void transmit();
+  bool send_frame(const wire::frame_header& header, const io::buffer_slice& payload);
+  bool send_control(const wire::frame_header& header);
+  void on_data(const wire::frame_header& header, const wire::data_fields& data,
+               std::span<const std::byte> payload);
+  void report_consumed(std::uint64_t bytes);
+  void flush_ack(link_time t);
+  void arm_timer(link_time deadline);
+  void on_timer(int res);
+  void service_timer();
+  void fail(std::error_code why, const char* what);
+  void lost_connection(std::error_code why);
+  void go_down(std::error_code why);
+  void reset_streams();
+  void start_dialing();
+
+  mesh::impl& owner_;
+  std::uint32_t peer_;
+  peer_state state_ = peer_state::connecting;
+  mesh_connection* connection_ = nullptr;
+  bool ever_connected_ = false;
+  std::optional<std::uint64_t> peer_incarnation_;
+  bool closing_ = false;
+
+  link_sender sender_;
+  link_receiver receiver_;
+  link_liveness liveness_;
+  wire::reassembler reassembler_;
+  std::uint64_t fragment_bytes_;
+
+  // Send side: bounded ring of messages not yet wholly given to the sender.
+  std::vector<pending_message> queue_;
+  std::size_t queue_head_ = 0;
+  std::size_t queue_count_ = 0;
+  std::uint64_t next_message_id_ = 1;
+  bool blocked_ = false;  // a send() was pushed back: on_writable is owed
+  bool pumping_ = false;
+  std::optional<outgoing_frame> stalled_;  // handed out by the sender, refused by the transport
+  std::optional<std::uint64_t> owed_ack_;  // an ack the transport refused
+
+  // Receive side: the message being reassembled, and the overdraft (see mesh.hpp).
+  io::buffer reassembly_block_;
+  std::uint64_t delivered_unreleased_ = 0;  // bytes of delivered messages not yet released
+  std::uint64_t overdraft_ = 0;             // bytes reported consumed before the app released
+  std::uint64_t overdraft_message_ = 0;     // message id that holds the overdraft (0: none)
+  std::uint64_t in_progress_bytes_ = 0;     // fragments copied into the in-progress message
+
+  // The link timer (timerfd), and the reconnect deadline (reactor timer, cold path).
+  int timer_fd_ = -1;
+  timer_op timer_op_{*this};
+  link_time armed_{link_time::max()};
+  std::optional<io::timer_id> reconnect_timer_;
+  std::optional<io::timer_id> redial_timer_;
+  io::backoff backoff_;
+
+  peer_link_stats stats_;
+  bool over_release_logged_ = false;
+};
+
+}  // namespace vessel::actors
