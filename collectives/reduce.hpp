@@ -30,6 +30,7 @@ std::string_view to_string(kernel_isa isa) noexcept;
 /// NaN (IEEE 754-2019 minimum/maximum, which NaN is unspecified); for operands that compare
 /// equal (+0 and -0) inout is kept. The result does not depend on the kernel_isa, NaN payloads
 /// aside, so ranks on different CPUs agree.
+/// `in` may be `inout` itself (x op x); partially overlapping spans are not supported.
 /// Errors: unsupported_op (bitwise op on a float type), unsupported_type, size_mismatch (lengths
 /// differ or are not a multiple of size_of(t)).
 result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> in, dtype t,
