@@ -113,8 +113,9 @@ TEST_F(event_batcher_test, one_hand_off_per_reactor_turn_and_blocks_are_recycled
     for (auto e : r.events) ASSERT_EQ(e, expect++);
   }
   on_reactor([&] {
-    // The collector drops each batch before the next turn: a couple of blocks serve them all.
-    EXPECT_LE(batcher->stats().blocks_created, 3u);
+    // Each batch goes back to the free list once the collector is done with it, so a few blocks
+    // serve all 50 turns (more than one only when a turn starts before the last block is back).
+    EXPECT_LE(batcher->stats().blocks_created, 10u);
   });
   reactor_.stop();
   batcher.reset();
