@@ -81,7 +81,8 @@ caf::error to_caf_error(std::error_code ec, std::string detail) {
 std::error_code from_caf_error(const caf::error& e) noexcept {
   if (!e) return {};
   const auto& ctx = e.context();
-  if (e.category() == vessel_atom() && ctx.match_elements<std::string, std::int32_t, std::string>()) {
+  if (e.category() == vessel_atom() &&
+      ctx.match_elements<std::string, std::int32_t, std::string>()) {
     const auto& name = ctx.get_as<std::string>(0);
     const int value = ctx.get_as<std::int32_t>(1);
     auto& reg = registry();
@@ -95,7 +96,9 @@ std::error_code from_caf_error(const caf::error& e) noexcept {
 
 std::string caf_error_detail(const caf::error& e) {
   const auto& ctx = e.context();
-  if (ctx.match_elements<std::string, std::int32_t, std::string>()) return ctx.get_as<std::string>(2);
+  if (ctx.match_elements<std::string, std::int32_t, std::string>()) {
+    return ctx.get_as<std::string>(2);
+  }
   if (ctx.match_elements<std::string>()) return ctx.get_as<std::string>(0);
   return {};
 }
@@ -117,7 +120,8 @@ caf::error exception_to_caf_error(const std::exception_ptr& ex) {
   } catch (const std::exception& caught) {
     return to_caf_error(actor_errc::unhandled_exception, caught.what());
   } catch (...) {
-    return to_caf_error(actor_errc::unhandled_exception, "an exception that is not a std::exception");
+    return to_caf_error(actor_errc::unhandled_exception,
+                        "an exception that is not a std::exception");
   }
   return to_caf_error(actor_errc::unhandled_exception, "an empty exception_ptr");
 }

@@ -233,7 +233,7 @@ caf::behavior supervisor_impl(self_ptr self, supervisor_config config,
         if (index >= slots.size()) return;
         auto& c = slots[index];
         if (!c.current || c.generation != generation) return;
-        log::get("actors").error("supervisor '{}': child '{}' did not stop within {} ms; killing it",
+        log::get("actors").error("supervisor '{}': child '{}' did not stop within {} ms; kill it",
                                  self->state.config.name, c.spec.name,
                                  self->state.config.shutdown_timeout.count());
         self->send_exit(c.current, caf::exit_reason::kill);
