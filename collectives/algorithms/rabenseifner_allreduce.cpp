@@ -95,8 +95,7 @@ result<void> rabenseifner_allreduce::begin_round(std::uint32_t round) {
   const std::uint32_t me = fold_.new_rank(params_.rank);
   const byte_range own = blocks(me, me + 1);
   if (own.bytes == 0) return outcome::success();
-  return finish_average(buffers_.output.subspan(own.offset, own.bytes), params_.type,
-                        params_.size);
+  return finish_average(buffers_.output.subspan(own.offset, own.bytes), params_.type, params_.size);
 }
 
 }  // namespace vessel::collectives

@@ -7,9 +7,7 @@
 namespace vessel::collectives {
 
 recursive_doubling_allgather::recursive_doubling_allgather(const algorithm_params& params)
-    : stepwise_algorithm(params),
-      fold_(params.size),
-      block_bytes_(params.count * element_bytes_) {}
+    : stepwise_algorithm(params), fold_(params.size), block_bytes_(params.count * element_bytes_) {}
 
 byte_range recursive_doubling_allgather::carried(std::uint32_t first,
                                                  std::uint32_t last) const noexcept {

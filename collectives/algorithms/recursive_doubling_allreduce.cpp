@@ -66,8 +66,7 @@ result<void> recursive_doubling_allreduce::apply(std::uint32_t round, byte_range
   // The lower new rank's data goes first on both sides (in the fold, the extra's), so both
   // partners compute the same bits even where op is not bitwise commutative (min of -0, +0).
   const std::uint32_t rank = params_.rank;
-  const bool peer_first =
-      round == 0 || fold_.new_rank(rank) & (1u << (round - 1));
+  const bool peer_first = round == 0 || fold_.new_rank(rank) & (1u << (round - 1));
   if (!peer_first) return reduce_into(mine, data, params_.type, params_.op);
   const auto tmp = buffers_.scratch.first(where.bytes);
   std::memcpy(tmp.data(), data.data(), data.size());

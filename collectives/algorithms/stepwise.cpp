@@ -62,7 +62,7 @@ result<receive_status> stepwise_algorithm::on_receive(std::uint32_t peer, std::u
   const byte_range where = chunk_of(p.receive, granule_, chunk);
   if (data.size() != where.bytes) return errc::protocol_violation;
   if (!started_ || step > round_) return receive_status::not_yet;  // the peer is a round ahead
-  if (chunk != next_chunk_) return errc::protocol_violation;     // duplicate or reordered
+  if (chunk != next_chunk_) return errc::protocol_violation;       // duplicate or reordered
 
   VESSEL_TRY(apply(step, where, data));
   if (++next_chunk_ == chunks_expected_) {

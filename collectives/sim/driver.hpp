@@ -20,7 +20,8 @@
 // - Any error (the algorithm's, or a send step outside its buffer) is returned; the collective
 //   has then failed and the driver must not be used again.
 // - No allocation per chunk once the step list and the kept list have grown to their working
-//   size (kept chunks are rare: a peer one round ahead).
+//   size (kept chunks are rare: a peer one round ahead); rebind() reuses a driver and its
+//   capacity for the next collective.
 
 #include <algorithm>
 #include <cstddef>
@@ -45,7 +46,8 @@ struct kept_chunk_info {
 template <class Payload>
 class step_driver {
  public:
-  step_driver(algorithm& algo, const algorithm_buffers& buffers) : algo_(&algo), buffers_(buffers) {}
+  step_driver(algorithm& algo, const algorithm_buffers& buffers)
+      : algo_(&algo), buffers_(buffers) {}
 
   template <class Emit>
   result<void> start(Emit&& emit) {
@@ -55,8 +57,8 @@ class step_driver {
   }
 
   template <class Emit>
-  result<void> deliver(std::uint32_t peer, std::uint32_t step, std::uint32_t chunk,
-                       Payload payload, Emit&& emit) {
+  result<void> deliver(std::uint32_t peer, std::uint32_t step, std::uint32_t chunk, Payload payload,
+                       Emit&& emit) {
     ++chunks_received_;
     const bool peer_has_kept = std::any_of(kept_.begin(), kept_.end(),
                                            [peer](const kept& k) { return k.info.peer == peer; });
@@ -70,6 +72,16 @@ class step_driver {
       return outcome::success();
     }
     return reoffer(emit);
+  }
+
+  /// Drives a fresh algorithm with the same driver: kept chunks are dropped, the capacity of
+  /// the step and kept lists stays (a driver reused across collectives allocates nothing).
+  void rebind(algorithm& algo, const algorithm_buffers& buffers) {
+    algo_ = &algo;
+    buffers_ = buffers;
+    out_.clear();
+    kept_.clear();
+    chunks_received_ = chunks_sent_ = bytes_sent_ = 0;
   }
 
   bool done() const noexcept { return algo_->done(); }
@@ -146,8 +158,7 @@ class step_driver {
           ++i;
           continue;
         }
-        VESSEL_TRY(status, offer(info.peer, info.step, info.chunk, view(kept_[i].payload),
-                                      emit));
+        VESSEL_TRY(status, offer(info.peer, info.step, info.chunk, view(kept_[i].payload), emit));
         if (status == receive_status::consumed) {
           kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
           progress = true;

@@ -74,7 +74,7 @@ struct event {
   double time_s;
   std::uint64_t order;  ///< emission order: ties resolve the same way on every run
   std::uint32_t rank;
-  std::uint32_t slot;   ///< message slot, or no_message for the rank's start
+  std::uint32_t slot;  ///< message slot, or no_message for the rank's start
   bool operator>(const event& o) const noexcept {
     return time_s != o.time_s ? time_s > o.time_s : order > o.order;
   }
@@ -217,8 +217,7 @@ run_report network::run(std::span<algorithm* const> algorithms,
         ++report.discarded;
         continue;
       }
-      if (auto delivered = driver.deliver(src, step, chunk, std::move(payload), emit);
-          !delivered) {
+      if (auto delivered = driver.deliver(src, step, chunk, std::move(payload), emit); !delivered) {
         fail(e.rank, delivered.error());
         break;
       }
@@ -283,12 +282,10 @@ std::string run_report::explain() const {
   switch (status) {
     case outcome::completed: s << "completed"; break;
     case outcome::blocked: s << "blocked"; break;
-    case outcome::failed:
-      s << "failed on rank " << failed_rank << ": " << error.message();
-      break;
+    case outcome::failed: s << "failed on rank " << failed_rank << ": " << error.message(); break;
   }
-  s << " at " << completion_s * 1e6 << " us; " << messages << " messages, " << bytes
-    << " bytes, " << resent << " resent, " << discarded << " discarded\n";
+  s << " at " << completion_s * 1e6 << " us; " << messages << " messages, " << bytes << " bytes, "
+    << resent << " resent, " << discarded << " discarded\n";
   for (const auto& r : ranks) {
     if (r.done) continue;
     s << "rank " << r.rank;

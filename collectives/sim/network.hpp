@@ -53,10 +53,10 @@ struct rank_report {
   bool done = false;
   bool killed = false;
   double killed_at_s = 0;                ///< when it was killed (if killed)
-  double done_s = 0;                    ///< when its algorithm finished (if done)
-  std::uint32_t round = 0;              ///< the algorithm's round (if not done)
-  std::vector<std::uint32_t> waits_for; ///< peers it needs chunks from (if not done)
-  std::size_t kept_chunks = 0;          ///< chunks held for a later round (if not done)
+  double done_s = 0;                     ///< when its algorithm finished (if done)
+  std::uint32_t round = 0;               ///< the algorithm's round (if not done)
+  std::vector<std::uint32_t> waits_for;  ///< peers it needs chunks from (if not done)
+  std::size_t kept_chunks = 0;           ///< chunks held for a later round (if not done)
 };
 
 struct run_report {
@@ -68,12 +68,12 @@ struct run_report {
   outcome status = outcome::completed;
   std::error_code error;
   std::uint32_t failed_rank = 0;
-  double completion_s = 0;           ///< when the last rank that finished did
-  std::uint64_t messages = 0;        ///< sent by every rank
-  std::uint64_t bytes = 0;           ///< payload bytes sent by every rank
-  std::uint64_t discarded = 0;       ///< messages that reached a killed rank
-  std::uint64_t resent = 0;          ///< messages sent again after a link outage
-  std::vector<rank_report> ranks;    ///< one per rank
+  double completion_s = 0;         ///< when the last rank that finished did
+  std::uint64_t messages = 0;      ///< sent by every rank
+  std::uint64_t bytes = 0;         ///< payload bytes sent by every rank
+  std::uint64_t discarded = 0;     ///< messages that reached a killed rank
+  std::uint64_t resent = 0;        ///< messages sent again after a link outage
+  std::vector<rank_report> ranks;  ///< one per rank
 
   bool completed() const noexcept { return status == outcome::completed; }
   /// Live ranks that did not finish.

@@ -1,4 +1,4 @@
-// vessel-bench model --transport tcp|shm: each allreduce / reduce_scatter / allgather algorithm
+// vessel-bench model --transport tcp|shm: each collective algorithm
 // run on the simulated network (collectives/sim/network.hpp) for a few (ranks, size), its
 // modelled time printed beside the textbook alpha-beta formula (Thakur, Rabenseifner and Gropp,
 // "Optimization of Collective Communication Operations in MPICH", 2005):
@@ -8,13 +8,21 @@
 //   ring reduce_scatter,
 //   ring allgather          (p-1) a + (p-1)/p n b
 //   recursive doubling ag.  log2(p) a + (p-1)/p n b      (+ a + n/p b + a + n b to fold)
-// n is the whole vector (allreduce), the whole input (reduce_scatter) or the whole output
-// (allgather). alpha and beta are Open MPI's measured here (notes/PEERS.md): tcp 10.7 us and
+//   binomial broadcast,
+//   binomial reduce         ceil(log2 p) (a + n b)
+//   chain broadcast         (p - 2 + k) (a + n/k b)       (k chunks of chunk_bytes)
+//   dissemination barrier   ceil(log2 p) a
+//   pairwise alltoall       (p-1) (a + n/p b)
+//   binomial gather/scatter ceil(log2 p) a + (p-1)/p n b
+// n is the whole vector (allreduce, broadcast, reduce), the whole input (reduce_scatter, scatter,
+// alltoall) or the whole output (allgather, gather); roots are rank 0.
+// alpha and beta are Open MPI's measured here (notes/PEERS.md): tcp 10.7 us and
 // 2.7 GB/s, shm (vader) 0.41 us and 6.8 GB/s. Rows: vessel = simulated time, peer = formula,
 // advantage = formula / simulated (1 means the state machines achieve the textbook cost; > 1
 // where pipelining or empty blocks beat it). The data really moves (and is reduced), so the
 // sweep keeps ranks x size within 128 MiB.
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +31,13 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/binomial_broadcast.hpp"
+#include "collectives/algorithms/binomial_gather.hpp"
+#include "collectives/algorithms/binomial_reduce.hpp"
+#include "collectives/algorithms/binomial_scatter.hpp"
+#include "collectives/algorithms/chain_broadcast.hpp"
+#include "collectives/algorithms/dissemination_barrier.hpp"
+#include "collectives/algorithms/pairwise_alltoall.hpp"
 #include "collectives/algorithms/rabenseifner_allreduce.hpp"
 #include "collectives/algorithms/recursive_doubling_allgather.hpp"
 #include "collectives/algorithms/recursive_doubling_allreduce.hpp"
@@ -38,7 +53,12 @@ namespace {
 
 namespace coll = vessel::collectives;
 
-enum class shape { allreduce, reduce_scatter, allgather };
+/// Which buffers hold n bytes: whole = both (allreduce, broadcast, reduce); the others hold one
+/// rank's block of n / p on the side that is not all p blocks.
+enum class shape { allreduce, reduce_scatter, allgather, barrier, alltoall };
+
+/// algorithm_params::chunk_bytes' default: the pipelining chunk of the chain broadcast.
+constexpr std::size_t model_chunk_bytes = coll::algorithm_params{}.chunk_bytes;
 
 struct model_case {
   const char* name;
@@ -48,7 +68,10 @@ struct model_case {
   std::function<double(double p, double n, double a, double b)> formula;
 };
 
-double log2_floor(double p) { return std::floor(std::log2(p)); }
+double log2_ceil(double p) { return std::ceil(std::log2(p)); }
+double log2_floor(double p) {
+  return std::floor(std::log2(p));
+}
 double fold_cost(double p, double n, double a, double b) {
   return std::bit_floor(static_cast<unsigned>(p)) == static_cast<unsigned>(p) ? 0 : 2 * (a + n * b);
 }
@@ -85,6 +108,34 @@ std::vector<model_case> cases() {
          const double fold = q == p ? 0 : (a + n / p * b) + (a + n * b);
          return log2_floor(p) * a + (q - 1) / q * n * b + fold;
        }},
+      {"broadcast_binomial", shape::allreduce,
+       [](const auto& p) { return std::make_unique<coll::binomial_broadcast>(p); },
+       [](double p, double n, double a, double b) { return log2_ceil(p) * (a + n * b); }},
+      {"broadcast_chain", shape::allreduce,
+       [](const auto& p) { return std::make_unique<coll::chain_broadcast>(p); },
+       [](double p, double n, double a, double b) {
+         const double k = std::max(1.0, std::ceil(n / static_cast<double>(model_chunk_bytes)));
+         return (p - 2 + k) * (a + n / k * b);
+       }},
+      {"reduce_binomial", shape::allreduce,
+       [](const auto& p) { return std::make_unique<coll::binomial_reduce>(p); },
+       [](double p, double n, double a, double b) { return log2_ceil(p) * (a + n * b); }},
+      {"barrier_dissemination", shape::barrier,
+       [](const auto& p) { return std::make_unique<coll::dissemination_barrier>(p); },
+       [](double p, double, double a, double) { return log2_ceil(p) * a; }},
+      {"alltoall_pairwise", shape::alltoall,
+       [](const auto& p) { return std::make_unique<coll::pairwise_alltoall>(p); },
+       [](double p, double n, double a, double b) { return (p - 1) * (a + n / p * b); }},
+      {"gather_binomial", shape::allgather,
+       [](const auto& p) { return std::make_unique<coll::binomial_gather>(p); },
+       [](double p, double n, double a, double b) {
+         return log2_ceil(p) * a + (p - 1) / p * n * b;
+       }},
+      {"scatter_binomial", shape::reduce_scatter,
+       [](const auto& p) { return std::make_unique<coll::binomial_scatter>(p); },
+       [](double p, double n, double a, double b) {
+         return log2_ceil(p) * a + (p - 1) / p * n * b;
+       }},
   };
 }
 
@@ -96,10 +147,14 @@ double simulate(const model_case& c, std::uint32_t ranks, std::size_t bytes,
   params.type = coll::dtype::float32;
   params.op = coll::reduce_op::sum;
   const std::size_t elements = bytes / 4 == 0 ? 1 : bytes / 4;
-  params.count = c.kind == shape::allreduce ? elements : (elements + ranks - 1) / ranks;
+  params.count = c.kind == shape::allreduce ? elements
+                 : c.kind == shape::barrier ? 0
+                                            : (elements + ranks - 1) / ranks;
   const std::size_t block = params.count * 4;
-  const std::size_t in_bytes = c.kind == shape::reduce_scatter ? block * ranks : block;
-  const std::size_t out_bytes = c.kind == shape::allgather ? block * ranks : block;
+  const bool all_in = c.kind == shape::reduce_scatter || c.kind == shape::alltoall;
+  const bool all_out = c.kind == shape::allgather || c.kind == shape::alltoall;
+  const std::size_t in_bytes = all_in ? block * ranks : block;
+  const std::size_t out_bytes = all_out ? block * ranks : block;
 
   std::vector<std::unique_ptr<coll::algorithm>> algos;
   std::vector<coll::algorithm*> pointers;
@@ -120,8 +175,8 @@ double simulate(const model_case& c, std::uint32_t ranks, std::size_t bytes,
   coll::sim::network net(config);
   const auto report = net.run(pointers, buffers);
   if (!report.completed()) {
-    std::fprintf(stderr, "vessel-bench model: %s on %u ranks, %zu bytes: %s", c.name, ranks,
-                 bytes, report.explain().c_str());
+    std::fprintf(stderr, "vessel-bench model: %s on %u ranks, %zu bytes: %s", c.name, ranks, bytes,
+                 report.explain().c_str());
     return -1;
   }
   return report.completion_s;
@@ -143,8 +198,9 @@ int run_model(const bench_options& opts, report& out, const char* transport,
         if (simulated < 0) return 1;
         // The formula sees the bytes actually moved (counts round up to whole elements).
         const std::size_t elements = n / 4 == 0 ? 1 : n / 4;
-        const double moved =
-            c.kind == shape::allreduce ? elements * 4.0 : ((elements + p - 1) / p) * 4.0 * p;
+        const double moved = c.kind == shape::allreduce ? elements * 4.0
+                             : c.kind == shape::barrier ? 0.0
+                                                        : ((elements + p - 1) / p) * 4.0 * p;
         result_row row;
         row.bench = c.name;
         row.transport = std::string("model-") + transport;

@@ -62,8 +62,7 @@ inline void put(bytes& out, std::size_t i, dtype t, double v) {
 inline double exact_value(reduce_op op, std::uint32_t rank, std::size_t i, std::uint32_t size) {
   const std::uint64_t h = (rank + 1) * 0x9E3779B97F4A7C15ull ^ (i + 7) * 0xC2B2AE3D27D4EB4Full;
   switch (op) {
-    case reduce_op::prod:
-      return (i % size == rank ? 2.0 : 1.0) * ((h >> 17) % 2 == 0 ? 1.0 : -1.0);
+    case reduce_op::prod: return (i % size == rank ? 2.0 : 1.0) * ((h >> 17) % 2 == 0 ? 1.0 : -1.0);
     case reduce_op::band:
     case reduce_op::bor:
     case reduce_op::bxor: return static_cast<double>((h >> 13) % 120);
@@ -98,8 +97,8 @@ struct sim_run {
 };
 
 struct run_options {
-  bool in_place = false;          ///< input aliases output (at block `rank` for allgather)
-  sim::network_config config{};   ///< ranks is set by run_collective
+  bool in_place = false;         ///< input aliases output (at block `rank` for allgather)
+  sim::network_config config{};  ///< ranks is set by run_collective
   std::function<void(sim::network&)> faults;
 };
 

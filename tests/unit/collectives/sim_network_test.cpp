@@ -7,9 +7,11 @@
 #include <cstring>
 
 #include "collectives/algorithms/rabenseifner_allreduce.hpp"
+#include "collectives/algorithms/recursive_doubling_allgather.hpp"
 #include "collectives/algorithms/recursive_doubling_allreduce.hpp"
 #include "collectives/algorithms/ring_allgather.hpp"
 #include "collectives/algorithms/ring_allreduce.hpp"
+#include "collectives/algorithms/ring_reduce_scatter.hpp"
 #include "collectives/errc.hpp"
 #include "collectives/sim/driver.hpp"
 #include "sim_harness.hpp"
@@ -97,6 +99,55 @@ TEST(CollectivesSimNetwork, DroppedLinkDelaysButLosesNothing) {
   EXPECT_GT(run.report.completion_s, 1e-3);  // nothing crossed 2 -> 3 before the link was back
 }
 
+TEST(CollectivesSimNetwork, EveryAlgorithmSurvivesOutagesAndDelays) {
+  // Seven ranks (folded for the recursive ones), outages on two links and a delay on a third,
+  // all while the collective is in flight: the right result, nothing lost.
+  struct entry {
+    factory make;
+    shape kind;
+  };
+  const entry all[] = {{make_factory<ring_allreduce>(), shape::allreduce},
+                       {make_factory<recursive_doubling_allreduce>(), shape::allreduce},
+                       {make_factory<rabenseifner_allreduce>(), shape::allreduce},
+                       {make_factory<ring_reduce_scatter>(), shape::reduce_scatter},
+                       {make_factory<ring_allgather>(), shape::allgather},
+                       {make_factory<recursive_doubling_allgather>(), shape::allgather}};
+  for (const auto& e : all) {
+    const auto p = params_of(7, 501, 128);
+    const std::size_t elements = e.kind == shape::reduce_scatter ? 501 * 7 : 501;
+    run_options options;
+    options.config = model(1e-5, 1e-9);
+    options.config.jitter_s = 3e-6;
+    options.faults = [](sim::network& net) {
+      net.drop_link(1, 3, 0, 4e-4);  // the fold's and the ring's links
+      net.drop_link(2, 3, 1e-5, 2e-4);
+      net.drop_link(3, 2, 1e-5, 3e-4);
+      net.delay_link(5, 6, 1e-4, 0, 5e-4);
+    };
+    const auto run = run_collective(e.make, e.kind, p, inputs_of(p, elements), options);
+    ASSERT_TRUE(run.report.completed()) << run.report.explain();
+    expect_reference(e.kind, p, run);
+    EXPECT_EQ(run.report.discarded, 0u);
+  }
+}
+
+TEST(CollectivesSimNetwork, SixtyFourRanksNameTheKilledRank) {
+  // Rabenseifner on 64: halving round k pairs r with r ^ (32 >> (k - 1)). Rank 5 waits for the
+  // dead 37 in round 1, rank 36 in round 6 (bit 0); everyone else waits through them.
+  const auto p = params_of(64, 640, 256);
+  run_options options;
+  options.faults = [](sim::network& net) { net.kill_rank(37, 0); };
+  const auto run = run_collective(make_factory<rabenseifner_allreduce>(), shape::allreduce, p,
+                                  inputs_of(p, 640), options);
+  EXPECT_EQ(run.report.status, sim::run_report::outcome::blocked);
+  EXPECT_EQ(run.report.root_causes(), (std::vector<std::uint32_t>{37}));
+  EXPECT_EQ(run.report.ranks[5].waits_for, (std::vector<std::uint32_t>{37}));
+  EXPECT_EQ(run.report.ranks[5].round, 1u);
+  EXPECT_EQ(run.report.ranks[36].waits_for, (std::vector<std::uint32_t>{37}));
+  EXPECT_EQ(run.report.ranks[36].round, 6u);
+  EXPECT_EQ(run.report.blocked_ranks().size(), 63u);
+}
+
 TEST(CollectivesSimNetwork, DelayedLinkSlowsTheRingByTheDelay) {
   const auto p = params_of(4, 400, 1 << 20);
   run_options options;
@@ -138,8 +189,8 @@ TEST(CollectivesSimNetwork, RankKilledMidwayIsFoundThroughTheWaitChain) {
   run_options options;
   options.config = model(1e-5, 1e-9);
   options.faults = [](sim::network& net) { net.kill_rank(5, 0.5e-5); };
-  const auto run = run_collective(make_factory<recursive_doubling_allreduce>(),
-                                  shape::allreduce, p, inputs_of(p, 16), options);
+  const auto run = run_collective(make_factory<recursive_doubling_allreduce>(), shape::allreduce, p,
+                                  inputs_of(p, 16), options);
   EXPECT_EQ(run.report.status, sim::run_report::outcome::blocked);
   EXPECT_TRUE(run.report.ranks[5].killed);
   EXPECT_EQ(run.report.blocked_ranks(), (std::vector<std::uint32_t>{1, 3, 7}));
@@ -189,9 +240,9 @@ TEST(CollectivesSimNetwork, SkewedStartsExerciseChunksFromAPeerARoundAhead) {
     options.config.seed = size;
     options.config.start_skew_s = 1e-3;
     options.config.jitter_s = 1e-5;
-    for (const factory& f : {make_factory<recursive_doubling_allreduce>(),
-                             make_factory<rabenseifner_allreduce>(),
-                             make_factory<ring_allreduce>()}) {
+    for (const factory& f :
+         {make_factory<recursive_doubling_allreduce>(), make_factory<rabenseifner_allreduce>(),
+          make_factory<ring_allreduce>()}) {
       const auto run = run_collective(f, shape::allreduce, p, inputs_of(p, 203), options);
       ASSERT_TRUE(run.report.completed()) << run.report.explain();
       expect_reference(shape::allreduce, p, run);
@@ -248,7 +299,8 @@ TEST(CollectivesStepDriver, KeepsAChunkFromARoundAheadAndOffersItAgain) {
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[1].first.peer, 2u);
   std::vector<bytes> all;
-  for (std::uint32_t r = 0; r < 4; ++r) all.push_back(exact_input(dtype::int32, reduce_op::sum, r, 4, 2));
+  for (std::uint32_t r = 0; r < 4; ++r)
+    all.push_back(exact_input(dtype::int32, reduce_op::sum, r, 4, 2));
   EXPECT_EQ(output, serial_reduce(all, dtype::int32, reduce_op::sum));
 }
 
