@@ -1,0 +1,538 @@
+#include "actors/comm.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <functional>
+#include <utility>
+
+#include "io/log.hpp"
+
+namespace vessel {
+namespace {
+
+using clock = std::chrono::steady_clock;
+using actors::p2p_request;
+
+spdlog::logger& logger() { return log::get("actors"); }
+
+/// Prefix of every chunk: the whole message's length and this chunk's offset in it.
+struct chunk_header {
+  std::uint64_t total;
+  std::uint64_t offset;
+};
+constexpr std::size_t header_bytes = sizeof(chunk_header);
+
+/// Chunks of one message in flight at once, each way: enough to keep the link busy while the
+/// next is copied, few enough to hold on the stack.
+constexpr std::size_t chunk_window = 8;
+
+std::string peer_name(std::uint32_t peer) {
+  return peer == actors::any_source ? std::string{"any rank"} : "rank " + std::to_string(peer);
+}
+std::string tag_name(std::uint64_t tag) {
+  return tag == actors::any_tag ? std::string{"any tag"} : "tag " + std::to_string(tag);
+}
+
+std::string format_duration(std::chrono::milliseconds d) {
+  if (d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + " s";
+  return std::to_string(d.count()) + " ms";
+}
+
+clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  if (timeout == no_timeout) return clock::time_point::max();
+  return clock::now() + timeout;
+}
+
+[[noreturn]] void throw_failed(std::uint32_t self, const char* what, std::uint32_t peer,
+                               std::uint64_t tag, std::error_code ec) {
+  throw comm_error{ec, "rank " + std::to_string(self) + ": " + what + " " + peer_name(peer) +
+                           " " + tag_name(tag) + ": " + ec.message()};
+}
+
+void check_user_tag(std::uint32_t self, std::uint64_t tag, bool wildcard_ok) {
+  if (tag < actors::reserved_tag_base || (wildcard_ok && tag == actors::any_tag)) return;
+  throw comm_error{actors::comm_errc::tag_reserved,
+                   "rank " + std::to_string(self) + ": tag " + std::to_string(tag) +
+                       " is reserved (user tags are below 2^63)"};
+}
+
+/// Where received chunks go: (offset in the message, bytes).
+using chunk_sink = std::function<void(std::size_t, std::span<const std::byte>)>;
+
+}  // namespace
+
+// -- errors ------------------------------------------------------------------------------------
+
+comm_timeout::comm_timeout(std::uint32_t self, std::uint32_t peer, std::uint64_t tag,
+                           std::chrono::milliseconds waited)
+    : comm_error{actors::comm_errc::receive_timeout,
+                 "rank " + std::to_string(self) + ": no message from " + peer_name(peer) +
+                     " with " + tag_name(tag) + " within " + format_duration(waited)},
+      peer_{peer},
+      tag_{tag},
+      waited_{waited} {}
+
+// -- the implementation ------------------------------------------------------------------------
+
+struct comm::impl {
+  std::unique_ptr<actors::runtime> rt;
+  std::uint64_t collective_seq = 0;  // barrier/allreduce calls so far (same order on every rank)
+  bool finalized = false;
+
+  std::uint32_t rank() const { return rt->rank(); }
+
+  actors::runtime& live() {
+    if (finalized || !rt) {
+      throw comm_error{actors::comm_errc::not_initialized, "vessel::comm used after finalize()"};
+    }
+    return *rt;
+  }
+
+  std::size_t chunk_payload() const { return rt->max_message_bytes() - header_bytes; }
+
+  /// Copies `data[offset, offset + n)` behind a chunk header into a send block and prepares `r`.
+  void prepare_chunk(p2p_request& r, std::span<const std::byte> data, std::size_t offset,
+                     std::size_t n, std::uint32_t dst, std::uint64_t tag) {
+    io::buffer block = rt->acquire_send_block(header_bytes + n);  // waits: backpressure
+    const chunk_header h{data.size(), offset};
+    std::memcpy(block.data(), &h, header_bytes);
+    if (n > 0) std::memcpy(block.data() + header_bytes, data.data() + offset, n);
+    p2p_request::make_send(r, dst, tag, std::move(block).slice(0, header_bytes + n));
+  }
+
+  /// Blocking send of a whole message, `chunk_window` chunks in flight at most.
+  void send(std::span<const std::byte> data, std::uint32_t dst, std::uint64_t tag) {
+    actors::runtime& r = live();
+    if (dst >= r.size()) {
+      throw_failed(rank(), "send to", dst, tag, actors::comm_errc::source_out_of_range);
+    }
+    std::array<p2p_request, chunk_window> slots;
+    const std::size_t step = chunk_payload();
+    std::size_t chunks = 0;
+    std::error_code failed;
+    std::size_t offset = 0;
+    do {
+      p2p_request& slot = slots[chunks % chunk_window];
+      if (chunks >= chunk_window) {
+        slot.wait();
+        if (slot.error && !failed) failed = slot.error;
+      }
+      if (failed) break;
+      const std::size_t n = std::min(step, data.size() - offset);
+      prepare_chunk(slot, data, offset, n, dst, tag);
+      r.submit(slot);
+      ++chunks;
+      offset += n;
+    } while (offset < data.size());
+    for (std::size_t i = 0; i < std::min(chunks, chunk_window); ++i) {
+      slots[i].wait();
+      if (slots[i].error && !failed) failed = slots[i].error;
+    }
+    if (failed) throw_failed(rank(), "send to", dst, tag, failed);
+  }
+
+  /// Waits for the first chunk of a receive already submitted; on timeout cancels it and throws.
+  void await_first(p2p_request& first, clock::time_point deadline,
+                   std::chrono::milliseconds timeout) {
+    if (deadline == clock::time_point::max()) {
+      first.wait();
+    } else if (!first.wait_until(deadline)) {
+      rt->cancel(first);
+      first.wait();  // cancelled, or a message matched first
+    }
+    if (first.error == actors::comm_errc::receive_cancelled) {
+      throw comm_timeout{rank(), first.peer, first.tag, timeout};
+    }
+    if (first.error) throw_failed(rank(), "receive from", first.peer, first.tag, first.error);
+  }
+
+  /// Parses the first chunk and takes the rest of the message from the same source and tag.
+  recv_status finish_receive(p2p_request& first, const std::function<void(std::size_t)>& size_known,
+                             const chunk_sink& sink) {
+    if (first.payload.size() < header_bytes) {
+      throw_failed(rank(), "receive from", first.source, first.matched_tag,
+                   actors::comm_errc::message_too_large);  // not a comm message
+    }
+    chunk_header h;
+    std::memcpy(&h, first.payload.data(), header_bytes);
+    recv_status st{first.source, first.matched_tag, static_cast<std::size_t>(h.total),
+                   first.message_id};
+    size_known(st.bytes);
+    std::size_t got = first.payload.size() - header_bytes;
+    sink(0, first.payload.bytes().subspan(header_bytes));
+    first.payload.reset();
+
+    // Post the remaining chunks' receives ahead, chunk_window at a time: they match in order.
+    const std::size_t step = chunk_payload();
+    const std::size_t remaining = st.bytes > got ? (st.bytes - got + step - 1) / step : 0;
+    std::array<p2p_request, chunk_window> slots;
+    std::size_t posted = 0;
+    std::error_code failed;
+    auto post = [&] {
+      p2p_request& s = slots[posted % chunk_window];
+      p2p_request::make_receive(s, st.source, st.tag);
+      rt->submit(s);
+      ++posted;
+    };
+    while (posted < std::min(remaining, chunk_window)) post();
+    for (std::size_t i = 0; i < remaining; ++i) {
+      p2p_request& s = slots[i % chunk_window];
+      s.wait();
+      if (s.error) {
+        if (!failed) failed = s.error;
+      } else if (!failed) {
+        chunk_header c;
+        std::memcpy(&c, s.payload.data(), header_bytes);
+        sink(static_cast<std::size_t>(c.offset), s.payload.bytes().subspan(header_bytes));
+      }
+      s.payload.reset();
+      if (posted < remaining && !failed) post();
+      if (failed && posted == i + 1) break;
+    }
+    // Wait out whatever is still posted so that no slot outlives this frame in flight.
+    for (std::size_t i = 0; i < chunk_window && i < posted; ++i) {
+      if (!slots[i].done()) {
+        rt->cancel(slots[i]);
+        slots[i].wait();
+      }
+    }
+    if (failed) throw_failed(rank(), "receive from", st.source, st.tag, failed);
+    return st;
+  }
+
+  recv_status recv_into(std::span<std::byte> buffer, std::uint32_t src, std::uint64_t tag,
+                        std::chrono::milliseconds timeout) {
+    actors::runtime& r = live();
+    p2p_request first;
+    p2p_request::make_receive(first, src, tag);
+    r.submit(first);
+    await_first(first, deadline_after(timeout), timeout);
+    bool fits = true;
+    recv_status st = finish_receive(
+        first, [&](std::size_t total) { fits = total <= buffer.size(); },
+        [&](std::size_t offset, std::span<const std::byte> bytes) {
+          if (fits && !bytes.empty()) std::memcpy(buffer.data() + offset, bytes.data(), bytes.size());
+        });
+    if (!fits) {
+      throw comm_error{actors::comm_errc::buffer_too_small,
+                       "rank " + std::to_string(rank()) + ": message of " +
+                           std::to_string(st.bytes) + " bytes from rank " +
+                           std::to_string(st.source) + " tag " + std::to_string(st.tag) +
+                           " does not fit a buffer of " + std::to_string(buffer.size())};
+    }
+    return st;
+  }
+
+  std::vector<std::byte> recv_vector(p2p_request& first, recv_status* status) {
+    std::vector<std::byte> out;
+    recv_status st = finish_receive(
+        first, [&](std::size_t total) { out.resize(total); },
+        [&](std::size_t offset, std::span<const std::byte> bytes) {
+          if (!bytes.empty()) std::memcpy(out.data() + offset, bytes.data(), bytes.size());
+        });
+    if (status != nullptr) *status = st;
+    return out;
+  }
+
+  // -- collectives over point-to-point (the collectives module replaces these later) ----------
+
+  std::uint64_t next_collective_tag() {
+    // reserved | call number << 16 | round: unique per call, so rounds of consecutive calls
+    // never match each other even when a fast rank runs ahead.
+    return actors::reserved_tag_base | ((++collective_seq & 0x7fff'ffff'ffffull) << 16);
+  }
+
+  void barrier(std::chrono::milliseconds timeout) {
+    actors::runtime& r = live();
+    const std::uint32_t n = r.size();
+    const std::uint64_t base = next_collective_tag();
+    const auto deadline = deadline_after(timeout);
+    const std::byte token{1};
+    for (std::uint32_t k = 0, dist = 1; dist < n; ++k, dist <<= 1) {
+      const std::uint32_t to = (rank() + dist) % n;
+      const std::uint32_t from = (rank() + n - dist) % n;
+      send(std::span<const std::byte>{&token, 1}, to, base | k);
+      std::byte got{};
+      receive_until(std::span<std::byte>{&got, 1}, from, base | k, deadline, timeout);
+    }
+  }
+
+  void receive_until(std::span<std::byte> into, std::uint32_t from, std::uint64_t tag,
+                     clock::time_point deadline, std::chrono::milliseconds timeout) {
+    p2p_request first;
+    p2p_request::make_receive(first, from, tag);
+    rt->submit(first);
+    await_first(first, deadline, timeout);
+    finish_receive(
+        first, [](std::size_t) {},
+        [&](std::size_t offset, std::span<const std::byte> bytes) {
+          const std::size_t n = std::min(bytes.size(), into.size() - std::min(offset, into.size()));
+          if (n > 0) std::memcpy(into.data() + offset, bytes.data(), n);
+        });
+  }
+
+  template <class T>
+  static void reduce(std::span<T> acc, std::span<const T> other, reduce_op op, bool acc_is_lower) {
+    // Combine as (lower rank's value) op (higher rank's value): both partners then compute the
+    // same expression, so every rank ends with the same bits even for floating point.
+    for (std::size_t i = 0; i < acc.size(); ++i) {
+      const T a = acc_is_lower ? acc[i] : other[i];
+      const T b = acc_is_lower ? other[i] : acc[i];
+      switch (op) {
+        case reduce_op::sum: acc[i] = a + b; break;
+        case reduce_op::prod: acc[i] = a * b; break;
+        case reduce_op::min: acc[i] = std::min(a, b); break;
+        case reduce_op::max: acc[i] = std::max(a, b); break;
+      }
+    }
+  }
+
+  template <class T>
+  void allreduce(std::span<T> data, reduce_op op, std::chrono::milliseconds timeout) {
+    actors::runtime& r = live();
+    const std::uint32_t n = r.size();
+    const std::uint32_t me = rank();
+    const std::uint64_t base = next_collective_tag();
+    if (n == 1) return;
+    const auto deadline = deadline_after(timeout);
+    const auto bytes = std::as_writable_bytes(data);
+    std::vector<T> other(data.size());
+    const auto other_bytes = std::as_writable_bytes(std::span<T>{other});
+
+    const std::uint32_t p2 = std::bit_floor(n);
+    const std::uint32_t extra = n - p2;
+    // Fold: ranks past the largest power of two hand their data to a partner below it.
+    if (me >= p2) {
+      send(bytes, me - p2, base | 0xff);
+      receive_until(bytes, me - p2, base | 0xfe, deadline, timeout);
+      return;
+    }
+    if (me < extra) {
+      receive_until(other_bytes, me + p2, base | 0xff, deadline, timeout);
+      reduce<T>(data, other, op, true);
+    }
+    // Recursive doubling among the first p2 ranks.
+    std::uint32_t round = 0;
+    for (std::uint32_t mask = 1; mask < p2; mask <<= 1, ++round) {
+      const std::uint32_t partner = me ^ mask;
+      send(bytes, partner, base | round);
+      receive_until(other_bytes, partner, base | round, deadline, timeout);
+      reduce<T>(data, other, op, me < partner);
+    }
+    if (me < extra) send(bytes, me + p2, base | 0xfe);
+  }
+};
+
+// -- comm_request --------------------------------------------------------------------------------
+
+struct comm_request::state {
+  comm::impl* owner = nullptr;
+  bool is_send = false;
+  std::vector<std::unique_ptr<p2p_request>> sends;  // every chunk of a send
+  p2p_request first;                                // a receive's first chunk
+  bool finished = false;
+  recv_status status;
+  std::vector<std::byte> data;
+  std::size_t send_bytes = 0;
+
+  ~state() {
+    if (owner == nullptr) return;
+    if (is_send) {
+      for (auto& s : sends) s->wait();
+    } else if (!finished && !first.done()) {
+      owner->rt->cancel(first);
+      first.wait();
+    } else if (!finished && first.done() && !first.error) {
+      // The first chunk matched but nobody waited: take the rest so it cannot confuse a later
+      // receive of the same source and tag.
+      try {
+        owner->recv_vector(first, nullptr);
+      } catch (...) {
+      }
+    }
+  }
+};
+
+comm_request::comm_request() noexcept = default;
+comm_request::comm_request(std::unique_ptr<state> s) noexcept : state_{std::move(s)} {}
+comm_request::comm_request(comm_request&&) noexcept = default;
+comm_request& comm_request::operator=(comm_request&&) noexcept = default;
+comm_request::~comm_request() = default;
+
+bool comm_request::ready() const noexcept {
+  if (!state_) return false;
+  if (state_->is_send) {
+    return std::all_of(state_->sends.begin(), state_->sends.end(),
+                       [](const auto& s) { return s->done(); });
+  }
+  return state_->finished || state_->first.done();
+}
+
+recv_status comm_request::wait(std::chrono::milliseconds timeout) {
+  if (!state_) throw comm_error{actors::comm_errc::not_initialized, "wait() on an empty request"};
+  state& s = *state_;
+  if (s.finished) return s.status;
+  if (s.is_send) {
+    std::error_code failed;
+    for (auto& r : s.sends) {
+      r->wait();
+      if (r->error && !failed) failed = r->error;
+    }
+    s.finished = true;
+    if (failed) throw_failed(s.owner->rank(), "send to", s.sends.front()->peer, s.sends.front()->tag, failed);
+    s.status = recv_status{s.owner->rank(), s.sends.front()->tag, s.send_bytes, 0};
+    return s.status;
+  }
+  s.owner->await_first(s.first, deadline_after(timeout), timeout);
+  s.finished = true;  // from here on the message is ours, whatever happens to its chunks
+  s.data = s.owner->recv_vector(s.first, &s.status);
+  return s.status;
+}
+
+std::vector<std::byte> comm_request::take_data() {
+  if (!state_) return {};
+  return std::move(state_->data);
+}
+
+// -- comm ----------------------------------------------------------------------------------------
+
+comm::comm(std::unique_ptr<impl> p) noexcept : impl_{std::move(p)} {}
+comm::comm(comm&&) noexcept = default;
+comm& comm::operator=(comm&&) noexcept = default;
+comm::~comm() {
+  if (!impl_ || impl_->finalized) return;
+  try {
+    finalize();
+  } catch (const std::exception& e) {
+    logger().warn("comm: finalize in the destructor failed: {}", e.what());
+    abort();
+  }
+}
+
+comm comm::init() {
+  return init(actors::env_view::process(), actors::runtime_options::defaults());
+}
+
+comm comm::init(const actors::env_view& env, actors::runtime_options options) {
+  auto started = actors::runtime::start(env, std::move(options));
+  if (!started) throw comm_error{started.error().code, started.error().detail};
+  auto p = std::make_unique<impl>();
+  p->rt = std::move(started).value();
+  return comm{std::move(p)};
+}
+
+std::uint32_t comm::rank() const { return impl_->rt->rank(); }
+std::uint32_t comm::size() const { return impl_->rt->size(); }
+
+void comm::send(std::span<const std::byte> data, std::uint32_t dst, std::uint64_t tag) {
+  check_user_tag(rank(), tag, false);
+  const bool debug = logger().should_log(spdlog::level::debug);
+  const auto t0 = debug ? clock::now() : clock::time_point{};
+  impl_->send(data, dst, tag);
+  if (debug) {
+    logger().debug("rank {}: send to rank {} tag {}: {} B in {} us", rank(), dst, tag, data.size(),
+                   std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
+  }
+}
+
+recv_status comm::recv(std::span<std::byte> buffer, std::uint32_t src, std::uint64_t tag,
+                       std::chrono::milliseconds timeout) {
+  check_user_tag(rank(), tag, true);
+  const bool debug = logger().should_log(spdlog::level::debug);
+  const auto t0 = debug ? clock::now() : clock::time_point{};
+  recv_status st = impl_->recv_into(buffer, src, tag, timeout);
+  if (debug) {
+    logger().debug("rank {}: recv from rank {} tag {} id {}: {} B in {} us", rank(), st.source,
+                   st.tag, st.message_id, st.bytes,
+                   std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
+  }
+  return st;
+}
+
+std::vector<std::byte> comm::recv(std::uint32_t src, std::uint64_t tag,
+                                  std::chrono::milliseconds timeout, recv_status* status) {
+  comm_request r = irecv(src, tag);
+  const bool debug = logger().should_log(spdlog::level::debug);
+  const auto t0 = debug ? clock::now() : clock::time_point{};
+  recv_status st = r.wait(timeout);
+  if (status != nullptr) *status = st;
+  if (debug) {
+    logger().debug("rank {}: recv from rank {} tag {} id {}: {} B in {} us", rank(), st.source,
+                   st.tag, st.message_id, st.bytes,
+                   std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
+  }
+  return r.take_data();
+}
+
+comm_request comm::isend(std::span<const std::byte> data, std::uint32_t dst, std::uint64_t tag) {
+  check_user_tag(rank(), tag, false);
+  actors::runtime& r = impl_->live();
+  if (dst >= r.size()) {
+    throw_failed(rank(), "send to", dst, tag, actors::comm_errc::source_out_of_range);
+  }
+  auto s = std::make_unique<comm_request::state>();
+  s->owner = impl_.get();
+  s->is_send = true;
+  s->send_bytes = data.size();
+  const std::size_t step = impl_->chunk_payload();
+  std::size_t offset = 0;
+  do {
+    const std::size_t n = std::min(step, data.size() - offset);
+    auto chunk = std::make_unique<p2p_request>();
+    impl_->prepare_chunk(*chunk, data, offset, n, dst, tag);
+    r.submit(*chunk);
+    s->sends.push_back(std::move(chunk));
+    offset += n;
+  } while (offset < data.size());
+  return comm_request{std::move(s)};
+}
+
+comm_request comm::irecv(std::uint32_t src, std::uint64_t tag) {
+  check_user_tag(rank(), tag, true);
+  actors::runtime& r = impl_->live();
+  auto s = std::make_unique<comm_request::state>();
+  s->owner = impl_.get();
+  p2p_request::make_receive(s->first, src, tag);
+  r.submit(s->first);
+  return comm_request{std::move(s)};
+}
+
+void comm::barrier(std::chrono::milliseconds timeout) { impl_->barrier(timeout); }
+
+template <class T>
+void comm::allreduce(std::span<T> data, reduce_op op, std::chrono::milliseconds timeout) {
+  impl_->allreduce(data, op, timeout);
+}
+
+template void comm::allreduce<std::int32_t>(std::span<std::int32_t>, reduce_op,
+                                            std::chrono::milliseconds);
+template void comm::allreduce<std::int64_t>(std::span<std::int64_t>, reduce_op,
+                                            std::chrono::milliseconds);
+template void comm::allreduce<std::uint64_t>(std::span<std::uint64_t>, reduce_op,
+                                             std::chrono::milliseconds);
+template void comm::allreduce<float>(std::span<float>, reduce_op, std::chrono::milliseconds);
+template void comm::allreduce<double>(std::span<double>, reduce_op, std::chrono::milliseconds);
+
+actors::peer_link_stats comm::link_stats(std::uint32_t peer) {
+  return impl_->live().link_stats(peer);
+}
+actors::matcher_stats comm::matching_stats() { return impl_->live().matching_stats(); }
+actors::runtime& comm::runtime() { return impl_->live(); }
+
+void comm::finalize() {
+  if (!impl_ || impl_->finalized) return;
+  impl_->barrier(no_timeout);
+  impl_->finalized = true;
+  impl_->rt->shutdown();
+}
+
+void comm::abort() {
+  if (!impl_ || !impl_->rt) return;
+  impl_->finalized = true;
+  impl_->rt->shutdown();
+}
+
+}  // namespace vessel

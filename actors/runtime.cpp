@@ -1,0 +1,623 @@
+#include "actors/runtime.hpp"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "actors/auth.hpp"
+#include "actors/comm_errc.hpp"
+#include "actors/errc.hpp"
+#include "actors/kv_store_client.hpp"
+#include "actors/kv_store_server.hpp"
+#include "io/log.hpp"
+#include "io/tcp_socket.hpp"
+
+namespace vessel::actors {
+namespace {
+
+using namespace std::chrono_literals;
+using clock = std::chrono::steady_clock;
+
+spdlog::logger& logger() { return log::get("actors"); }
+
+// -- futex on p2p_request::state_ (std::atomic::wait has no timeout) ----------------------------
+
+void futex_wake(std::atomic<std::uint32_t>* word) noexcept {
+  // The waiter may destroy the request as soon as it sees the store; the wake only uses the
+  // address (the kernel looks up waiters by it), never the object.
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr,
+            nullptr, 0);
+}
+
+void futex_wait(const std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                const timespec* relative) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
+            relative, nullptr, 0);
+}
+
+/// Spin this many polls before sleeping: a ping-pong reply takes a few microseconds, a futex
+/// sleep/wake round costs 10-15 (DEPENDENCIES.md section 7). Cheap on an idle core, and bounded.
+constexpr int spin_polls = 2000;
+
+detailed_result<long long> env_number(const env_view& env, std::string_view name,
+                                      long long fallback) {
+  auto v = env.get(name);
+  if (!v || v->empty()) return fallback;
+  long long n = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+  if (ec != std::errc{} || p != v->data() + v->size() || n <= 0) {
+    return fail(make_error_code(errc::malformed_number),
+                std::string{name} + "='" + *v + "' is not a positive integer");
+  }
+  return n;
+}
+
+/// Reads "host:port" that rank 0 wrote into `path`, waiting for the file until `deadline`.
+detailed_result<endpoint> read_store_file(const std::string& path, clock::time_point deadline) {
+  for (;;) {
+    std::ifstream in{path};
+    std::string line;
+    if (in && std::getline(in, line) && !line.empty()) {
+      return parse_endpoint(line, "store file " + path);
+    }
+    if (clock::now() >= deadline) {
+      return fail(make_error_code(errc::store_unreachable),
+                  "rank 0 did not write the store address into " + path +
+                      " in time (set VESSEL_STORE, or VESSEL_STORE_FILE on a shared directory)");
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+detailed_result<void> write_store_file(const std::string& path, const endpoint& e) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out{tmp, std::ios::trunc};
+    out << e.to_string() << "\n";
+    if (!out) {
+      return fail(make_error_code(errc::store_unreachable), "cannot write the store file " + tmp);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return fail(make_error_code(errc::store_unreachable), "cannot rename " + tmp + " to " + path);
+  }
+  return outcome::success();
+}
+
+}  // namespace
+
+// -- p2p_request ---------------------------------------------------------------------------------
+
+void p2p_request::make_send(p2p_request& r, std::uint32_t dst, std::uint64_t tag,
+                            io::buffer_slice payload) noexcept {
+  r.what = kind::send;
+  r.peer = dst;
+  r.tag = tag;
+  r.payload = std::move(payload);
+  r.error.clear();
+  r.message_id = 0;
+  r.state_.store(0, std::memory_order_relaxed);
+}
+
+void p2p_request::make_receive(p2p_request& r, std::uint32_t source, std::uint64_t tag) noexcept {
+  r.what = kind::receive;
+  r.peer = source;
+  r.tag = tag;
+  r.payload.reset();
+  r.error.clear();
+  r.source = 0;
+  r.matched_tag = 0;
+  r.message_id = 0;
+  r.state_.store(0, std::memory_order_relaxed);
+}
+
+void p2p_request::complete(std::error_code ec) noexcept {
+  error = ec;
+  std::atomic<std::uint32_t>* word = &state_;
+  word->store(1, std::memory_order_release);
+  futex_wake(word);
+}
+
+void p2p_request::wait() const noexcept {
+  for (int i = 0; i < spin_polls; ++i) {
+    if (done()) return;
+    __builtin_ia32_pause();
+  }
+  while (!done()) futex_wait(&state_, 0, nullptr);
+}
+
+bool p2p_request::wait_until(clock::time_point deadline) const noexcept {
+  for (int i = 0; i < spin_polls; ++i) {
+    if (done()) return true;
+    __builtin_ia32_pause();
+  }
+  while (!done()) {
+    const auto left = deadline - clock::now();
+    if (left <= clock::duration::zero()) return false;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    futex_wait(&state_, 0, &ts);
+  }
+  return true;
+}
+
+// -- options -------------------------------------------------------------------------------------
+
+runtime_options runtime_options::defaults() {
+  runtime_options o;
+  // Reassembly blocks and the unexpected queue share this pool, per size class: each class must
+  // hold the queue's bound (64 MiB, 1024 messages) plus a link window (4 MiB) from every peer,
+  // or the link finds no block and must reconnect to shed the message (peer_link). The regions
+  // are address space, touched only as used (~800 MiB reserved, not resident).
+  o.mesh.pool = io::buffer_pool_config{{{4096, 8192},
+                                        {65536, 4096},
+                                        {std::size_t{1} << 20, 128},
+                                        {std::size_t{4} << 20, 64}},
+                                       false};
+  o.matcher.max_unexpected_bytes = std::size_t{64} << 20;
+  o.matcher.max_unexpected_messages = 1024;
+  return o;
+}
+
+detailed_result<void> runtime_options::apply_env(const env_view& env) {
+  auto timeout = env_number(env, "VESSEL_CONNECT_TIMEOUT_MS", connect_timeout.count());
+  if (!timeout) return timeout.error();
+  auto unexpected =
+      env_number(env, "VESSEL_UNEXPECTED_BYTES", static_cast<long long>(matcher.max_unexpected_bytes));
+  if (!unexpected) return unexpected.error();
+  connect_timeout = std::chrono::milliseconds{timeout.value()};
+  matcher.max_unexpected_bytes = static_cast<std::size_t>(unexpected.value());
+  return mesh.apply_env(env);
+}
+
+std::string store_file_path(const env_view& env) {
+  if (auto f = env.get("VESSEL_STORE_FILE"); f && !f->empty()) return *f;
+  if (auto job = env.get("OMPI_MCA_ess_base_jobid"); job && !job->empty()) {
+    std::string dir = "/tmp";
+    if (auto t = env.get("TMPDIR"); t && !t->empty()) dir = *t;
+    return dir + "/vessel-store-" + *job;
+  }
+  return {};
+}
+
+// -- start-up ------------------------------------------------------------------------------------
+
+runtime::runtime(runtime_options options) : options_{std::move(options)} {}
+
+detailed_result<std::unique_ptr<runtime>> runtime::start(const env_view& env,
+                                                         runtime_options options) {
+  std::unique_ptr<runtime> rt{new runtime{std::move(options)}};
+  auto booted = rt->boot(env);
+  if (!booted) {
+    rt->shutdown();
+    return booted.error();
+  }
+  return rt;
+}
+
+detailed_result<void> runtime::boot(const env_view& env) {
+  auto launched = detect_launch_and_log(env);
+  if (!launched) return launched.error();
+  launch_ = std::move(launched).value();
+  rank_ = static_cast<std::uint32_t>(launch_.rank);
+  world_ = static_cast<std::uint32_t>(launch_.world_size);
+  if (auto applied = options_.apply_env(env); !applied) return applied.error();
+
+  auto token = load_token(env);
+  if (!token) {
+    if (world_ > 1) return token.error();
+    // A singleton talks to nobody: any secret will do.
+    std::array<std::byte, 32> random{};
+    std::random_device rd;
+    for (auto& b : random) b = static_cast<std::byte>(rd());
+    token = cluster_token::from_bytes(random, "random (single process)");
+    if (!token) return token.error();
+  }
+  token_.emplace(std::move(token).value());
+
+  reactor_ = std::make_unique<io::reactor>(options_.reactor);
+  if (auto started = reactor_->start(); !started) {
+    return fail(started.error(), "cannot start the reactor: " + started.error().message());
+  }
+
+  // The store: VESSEL_STORE (or torchrun's MASTER_ADDR/PORT); else a file rank 0 writes.
+  const auto deadline = clock::now() + options_.connect_timeout;
+  std::optional<endpoint> store_at = launch_.store;
+  std::string file;
+  if (!store_at) {
+    file = store_file_path(env);
+    if (file.empty() && world_ > 1) {
+      return fail(make_error_code(errc::store_unreachable),
+                  "no rendezvous store: set VESSEL_STORE=host:port (rank 0 serves it), or "
+                  "VESSEL_STORE_FILE=<path on a shared directory>");
+    }
+  }
+  if (rank_ == 0) {
+    store_server_ = std::make_unique<kv_store_server>(*reactor_);
+    io::socket_address bind_at = io::socket_address::loopback_v4(0);
+    if (store_at) {
+      auto addresses = io::resolve(store_at->host, store_at->port);
+      if (!addresses || addresses.value().empty()) {
+        return fail(make_error_code(errc::store_unreachable),
+                    "cannot resolve the store address " + store_at->to_string());
+      }
+      bind_at = addresses.value().front();
+    }
+    if (auto listened = store_server_->listen(bind_at); !listened) {
+      return fail(listened.error(), "rank 0 cannot serve the store at " + bind_at.to_string() +
+                                        ": " + listened.error().message());
+    }
+    if (auto started = store_server_->start(); !started) {
+      return fail(started.error(), "rank 0 cannot start the store: " + started.error().message());
+    }
+    if (!store_at) store_at = endpoint{"127.0.0.1", store_server_->port()};
+    if (!file.empty()) {
+      if (auto written = write_store_file(file, *store_at); !written) return written.error();
+      store_file_ = file;
+      logger().info("rank 0 serves the store at {} (published in {})", store_at->to_string(),
+                    file);
+    }
+  } else if (!store_at) {
+    auto read = read_store_file(file, deadline);
+    if (!read) return read.error();
+    store_at = read.value();
+  }
+  const auto left = [&] {
+    return std::max(1ms, std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                               clock::now()));
+  };
+  auto client = kv_store_client::connect(*reactor_, *store_at, left());
+  if (!client) return client.error();
+  store_client_ = std::move(client).value();
+
+  // Pools, matcher, mesh.
+  send_pool_ = std::make_unique<io::buffer_pool>(options_.send_pool);
+  send_pool_->set_available_callback([this](std::size_t) {
+    std::lock_guard lock{block_mutex_};
+    block_cv_.notify_all();
+  });
+  matcher_config mc = options_.matcher;
+  mc.world_size = world_;
+  matcher_ = std::make_unique<message_matcher>(mc, static_cast<credit_sink&>(*this));
+  backlog_.resize(world_);
+  sent_ids_.assign(world_, 0);
+  down_.assign(world_, false);
+  incoming_.reserve(1024);
+  draining_.reserve(1024);
+
+  mesh_config m = options_.mesh;
+  m.self_rank = rank_;
+  m.world_size = world_;
+  m.token = &*token_;
+  std::random_device rd;
+  m.incarnation = (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
+  mesh_ = std::make_unique<mesh>(*reactor_, std::move(m), static_cast<mesh_observer&>(*this));
+  max_message_ = std::min(mesh_->max_message_bytes(), send_pool_->max_block_size());
+  logger().info("rank {}: connecting {} peers (transport {}), deadline {} ms", rank_, world_ - 1,
+                env.get("VESSEL_TRANSPORT").value_or("auto"), left().count());
+  if (auto connected = mesh_->connect(*store_client_, left()); !connected) {
+    return connected.error();
+  }
+  logger().info("rank {}: every peer link is up", rank_);
+  return outcome::success();
+}
+
+runtime::~runtime() { shutdown(); }
+
+void runtime::shutdown() {
+  if (shut_down_.exchange(true)) return;
+  if (mesh_) mesh_->close();
+  if (reactor_) {
+    on_reactor([this] {
+      closing_ = true;
+      fail_everything(comm_errc::shutting_down);
+      // Unexpected messages hold blocks of the mesh's pool: drop them before the mesh goes.
+      matcher_.reset();
+    });
+  }
+  store_client_.reset();
+  if (store_server_) store_server_->stop();
+  if (!store_file_.empty()) std::remove(store_file_.c_str());
+  mesh_.reset();  // after close(), before the reactor stops (mesh.hpp)
+  if (reactor_) reactor_->stop();
+  // Requests that raced with the stop were run (and failed) by the reactor's drain at the latest.
+  store_server_.reset();
+}
+
+template <class F>
+auto runtime::on_reactor(F&& fn) -> decltype(fn()) {
+  using R = decltype(fn());
+  std::promise<R> done;
+  auto future = done.get_future();
+  const bool posted = reactor_->post([&] {
+    if constexpr (std::is_void_v<R>) {
+      fn();
+      done.set_value();
+    } else {
+      done.set_value(fn());
+    }
+  });
+  if (!posted) {
+    if constexpr (std::is_void_v<R>) return;
+    else return R{};
+  }
+  return future.get();
+}
+
+// -- submission (any thread) ---------------------------------------------------------------------
+
+void runtime::submit(p2p_request& r) noexcept {
+  bool wake = false;
+  {
+    std::lock_guard lock{queue_mutex_};
+    incoming_.push_back({&r, false});
+    if (!flush_posted_) flush_posted_ = wake = true;
+  }
+  if (wake && !reactor_->post(io::work_item{&runtime::flush_thunk, this})) {
+    // The reactor is gone: nothing will run this request.
+    std::lock_guard lock{queue_mutex_};
+    for (queued& q : incoming_) {
+      if (!q.cancel && !q.request->done()) q.request->complete(comm_errc::shutting_down);
+    }
+    incoming_.clear();
+    flush_posted_ = false;
+  }
+}
+
+void runtime::cancel(p2p_request& r) noexcept {
+  r.cancel_seen_.store(0, std::memory_order_relaxed);
+  bool wake = false;
+  {
+    std::lock_guard lock{queue_mutex_};
+    incoming_.push_back({&r, true});
+    if (!flush_posted_) flush_posted_ = wake = true;
+  }
+  if (wake && !reactor_->post(io::work_item{&runtime::flush_thunk, this})) {
+    std::lock_guard lock{queue_mutex_};
+    for (queued& q : incoming_) {
+      if (!q.cancel && !q.request->done()) q.request->complete(comm_errc::shutting_down);
+    }
+    incoming_.clear();
+    flush_posted_ = false;
+    if (!r.done()) r.complete(comm_errc::shutting_down);
+    return;
+  }
+  // The queued entry points at `r`: wait until the reactor has run it (a timeout path: rare).
+  while (r.cancel_seen_.load(std::memory_order_acquire) == 0) {
+    futex_wait(&r.cancel_seen_, 0, nullptr);
+  }
+}
+
+void runtime::ack_cancel(p2p_request& r) noexcept {
+  std::atomic<std::uint32_t>* word = &r.cancel_seen_;
+  word->store(1, std::memory_order_release);
+  futex_wake(word);
+}
+
+io::buffer runtime::acquire_send_block(std::size_t bytes) {
+  if (bytes > send_pool_->max_block_size()) return {};
+  for (;;) {
+    if (io::buffer b = send_pool_->try_acquire(bytes == 0 ? 1 : bytes)) return b;
+    // Exhausted: the try armed the pool's callback. The timed wait covers a block returned
+    // between the try and the wait (the callback may fire before we sleep).
+    std::unique_lock lock{block_mutex_};
+    block_cv_.wait_for(lock, 1ms);
+  }
+}
+
+// -- the reactor side ------------------------------------------------------------------------------
+
+void runtime::flush_thunk(void* self) noexcept { static_cast<runtime*>(self)->flush(); }
+
+void runtime::flush() noexcept {
+  {
+    std::lock_guard lock{queue_mutex_};
+    draining_.swap(incoming_);
+    flush_posted_ = false;
+  }
+  for (const queued& q : draining_) {
+    p2p_request& r = *q.request;
+    if (closing_) {
+      if (!q.cancel && !r.done()) r.complete(comm_errc::shutting_down);
+      if (q.cancel) ack_cancel(r);
+      continue;
+    }
+    if (q.cancel) {
+      cancel_receive(r);
+      ack_cancel(r);
+    } else if (r.what == p2p_request::kind::send) {
+      start_send(r);
+    } else {
+      start_receive(r);
+    }
+  }
+  draining_.clear();
+}
+
+void runtime::start_send(p2p_request& r) {
+  if (r.peer >= world_) {
+    r.complete(comm_errc::source_out_of_range);
+    return;
+  }
+  r.message_id = ++sent_ids_[r.peer];
+  std::deque<p2p_request*>& waiting = backlog_[r.peer];
+  if (!waiting.empty()) {  // keep the per-peer order behind what was pushed back
+    waiting.push_back(&r);
+    return;
+  }
+  auto sent = mesh_->send(r.peer, r.tag, r.payload);
+  if (sent) {
+    r.payload.reset();
+    r.complete({});
+  } else if (sent.error() == errc::link_would_block) {
+    waiting.push_back(&r);
+  } else {
+    r.complete(sent.error());
+  }
+}
+
+void runtime::drain_backlog(std::uint32_t peer) {
+  std::deque<p2p_request*>& waiting = backlog_[peer];
+  while (!waiting.empty()) {
+    p2p_request& r = *waiting.front();
+    auto sent = mesh_->send(peer, r.tag, r.payload);
+    if (!sent && sent.error() == errc::link_would_block) return;  // on_writable again later
+    waiting.pop_front();
+    if (sent) r.payload.reset();
+    r.complete(sent ? std::error_code{} : sent.error());
+  }
+}
+
+void runtime::start_receive(p2p_request& r) {
+  auto posted = matcher_->post_receive(r.peer, r.tag, reinterpret_cast<std::uintptr_t>(&r));
+  if (!posted) {
+    r.complete(posted.error());
+    return;
+  }
+  if (posted.value().message) {
+    p2p_message& m = *posted.value().message;
+    r.source = m.source;
+    r.matched_tag = m.tag;
+    r.message_id = m.message_id;
+    r.payload = std::move(m.payload);
+    r.complete({});
+    return;
+  }
+  r.receive_ = posted.value().id;
+  if (r.peer != any_source && down_[r.peer]) {
+    matcher_->cancel(r.receive_);
+    r.complete(comm_errc::peer_down);
+    return;
+  }
+  link_pending(r);
+}
+
+void runtime::cancel_receive(p2p_request& r) {
+  if (!r.pending_) return;  // already completed: its waiter sees the result
+  if (matcher_->cancel(r.receive_)) {
+    unlink_pending(r);
+    r.complete(comm_errc::receive_cancelled);
+  }
+}
+
+void runtime::link_pending(p2p_request& r) noexcept {
+  r.pending_ = true;
+  r.prev_ = nullptr;
+  r.next_ = pending_head_;
+  if (pending_head_ != nullptr) pending_head_->prev_ = &r;
+  pending_head_ = &r;
+}
+
+void runtime::unlink_pending(p2p_request& r) noexcept {
+  if (r.prev_ != nullptr) r.prev_->next_ = r.next_; else pending_head_ = r.next_;
+  if (r.next_ != nullptr) r.next_->prev_ = r.prev_;
+  r.prev_ = r.next_ = nullptr;
+  r.pending_ = false;
+}
+
+void runtime::fail_everything(std::error_code ec) {
+  while (pending_head_ != nullptr && matcher_) {
+    p2p_request& r = *pending_head_;
+    matcher_->cancel(r.receive_);
+    unlink_pending(r);
+    r.complete(ec);
+  }
+  for (auto& waiting : backlog_) {
+    while (!waiting.empty()) {
+      p2p_request* r = waiting.front();
+      waiting.pop_front();
+      r->complete(ec);
+    }
+  }
+}
+
+void runtime::on_message(inbound_message&& m) {
+  const std::uint32_t src = m.src;
+  const std::size_t bytes = m.payload.size();
+  if (!matcher_) return;  // shutting down: the message dies with its block
+  auto arrived =
+      matcher_->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
+  if (!arrived) {
+    logger().error("rank {}: message from rank {} dropped: {}", rank_, src,
+                   arrived.error().message());
+    mesh_->release(src, bytes);
+    return;
+  }
+  if (!arrived.value()) return;
+  message_matcher::completion& done = *arrived.value();
+  auto& r = *reinterpret_cast<p2p_request*>(static_cast<std::uintptr_t>(done.cookie));
+  unlink_pending(r);
+  r.source = done.message.source;
+  r.matched_tag = done.message.tag;
+  r.message_id = done.message.message_id;
+  r.payload = std::move(done.message.payload);
+  r.complete({});
+}
+
+void runtime::on_peer_state(std::uint32_t peer, peer_state s, std::error_code why) {
+  if (s == peer_state::up || s == peer_state::connecting) {
+    logger().debug("rank {}: link to rank {} {}", rank_, peer, to_string(s));
+    if (peer < world_ && s == peer_state::up) down_[peer] = false;
+    return;
+  }
+  // A link that drops during shutdown, or reconnects, is routine; one going down is not.
+  const bool routine = shut_down_.load(std::memory_order_relaxed) || s != peer_state::down;
+  logger().log(routine ? spdlog::level::info : spdlog::level::warn,
+               "rank {}: link to rank {} {}{}{}", rank_, peer, to_string(s), why ? ": " : "",
+               why ? why.message() : "");
+  if (s != peer_state::down || peer >= world_) return;
+  down_[peer] = true;
+  // Nothing more will come from it: fail the receives that wait for it alone, and its sends.
+  for (p2p_request* r = pending_head_; r != nullptr;) {
+    p2p_request* next = r->next_;
+    if (r->peer == peer && matcher_->cancel(r->receive_)) {
+      unlink_pending(*r);
+      r->complete(comm_errc::peer_down);
+    }
+    r = next;
+  }
+  std::deque<p2p_request*>& waiting = backlog_[peer];
+  while (!waiting.empty()) {
+    p2p_request* r = waiting.front();
+    waiting.pop_front();
+    r->complete(comm_errc::peer_down);
+  }
+}
+
+void runtime::on_writable(std::uint32_t peer) {
+  if (peer < world_) drain_backlog(peer);
+}
+
+void runtime::release(std::uint32_t source, std::size_t bytes) { mesh_->release(source, bytes); }
+
+void runtime::on_backpressure(bool over_bound) {
+  const matcher_stats& s = matcher_->stats();
+  logger().info("rank {}: unexpected queue {} ({} messages, {} bytes): credit {}", rank_,
+                over_bound ? "over its bound" : "drained", s.unexpected_messages,
+                s.unexpected_bytes, over_bound ? "withheld" : "flows again");
+}
+
+// -- introspection -------------------------------------------------------------------------------
+
+peer_link_stats runtime::link_stats(std::uint32_t peer) {
+  return on_reactor([&] { return mesh_->stats(peer); });
+}
+
+matcher_stats runtime::matching_stats() {
+  return on_reactor([&] { return matcher_->stats(); });
+}
+
+void runtime::drop_connection(std::uint32_t peer) {
+  on_reactor([&] { mesh_->drop_connection(peer); });
+}
+
+}  // namespace vessel::actors

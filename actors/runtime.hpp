@@ -1,0 +1,232 @@
+#pragma once
+// The core of one rank process, without CAF: bootstrap (which launcher), a reactor thread, the
+// rendezvous store (served by rank 0), the mesh of peer links, and the matcher that pairs
+// arriving messages with posted receives. vessel::comm (the blocking facade) and, later, the CAF
+// node stand on it.
+//
+// Threads: every operation is a caller-owned p2p_request handed over with submit() from any
+// thread. Requests cross to the reactor in batches: the first submit into an empty queue posts
+// one wake-up, later ones only append, so a burst of small sends costs one hand-off (DESIGN.md,
+// "Where the time goes"). Completions run on the reactor thread and end with a futex wake of the
+// waiting thread; nothing else crosses back.
+//
+// Flow control: a send completes when the mesh has accepted the message (its bytes are then the
+// link's to resend until acked); when the link pushes back, the request waits in a per-peer
+// queue until on_writable, so a blocking sender blocks and memory stays bounded. Received bytes
+// are credited back when the matcher says so (actors/message_matcher.hpp).
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "actors/bootstrap.hpp"
+#include "actors/detailed_error.hpp"
+#include "actors/env.hpp"
+#include "actors/mesh.hpp"
+#include "actors/message_matcher.hpp"
+#include "io/buffer_pool.hpp"
+#include "io/reactor.hpp"
+
+namespace vessel::actors {
+
+class kv_store_client;
+class kv_store_server;
+class runtime;
+
+/// One send or receive, owned by the caller until it is done(). Not copyable or movable while
+/// submitted. Reusable after done() (reset() first).
+class p2p_request {
+ public:
+  enum class kind : std::uint8_t { send, receive };
+
+  /// A send of `payload` to `dst` with `tag`.
+  static void make_send(p2p_request& r, std::uint32_t dst, std::uint64_t tag,
+                        io::buffer_slice payload) noexcept;
+  /// A receive from `source` (or any_source) with `tag` (or any_tag).
+  static void make_receive(p2p_request& r, std::uint32_t source, std::uint64_t tag) noexcept;
+
+  p2p_request() = default;
+  p2p_request(const p2p_request&) = delete;
+  p2p_request& operator=(const p2p_request&) = delete;
+
+  /// True once the runtime finished with the request (acquire: its results are visible).
+  bool done() const noexcept { return state_.load(std::memory_order_acquire) != 0; }
+  /// Waits until done(): spins briefly (a reply is often microseconds away), then sleeps.
+  void wait() const noexcept;
+  /// As wait(), up to `deadline`; false if still not done.
+  bool wait_until(std::chrono::steady_clock::time_point deadline) const noexcept;
+
+  // -- What was asked.
+  kind what = kind::send;
+  std::uint32_t peer = 0;  ///< destination, or the source asked for (may be any_source)
+  std::uint64_t tag = 0;   ///< may be any_tag for a receive
+  /// send: the bytes to send (kept referenced until the mesh accepted them).
+  /// receive: the bytes that arrived (a block of the mesh's pool), once done().
+  io::buffer_slice payload;
+
+  // -- What happened, valid once done().
+  std::error_code error;          ///< empty on success
+  std::uint32_t source = 0;       ///< receive: who sent it
+  std::uint64_t matched_tag = 0;  ///< receive: its tag
+  std::uint64_t message_id = 0;   ///< receive: the link's message id; send: ours, per peer
+
+ private:
+  friend class runtime;
+  void complete(std::error_code ec) noexcept;
+
+  std::atomic<std::uint32_t> state_{0};  // 0 in flight, 1 done; a futex word
+  std::atomic<std::uint32_t> cancel_seen_{0};  // set by the reactor once it ran a cancel
+  // Reactor thread only.
+  receive_id receive_ = 0;
+  p2p_request* prev_ = nullptr;  // pending receives, for failing those of a peer gone down
+  p2p_request* next_ = nullptr;
+  bool pending_ = false;
+};
+
+/// How a runtime starts. Every key with its default; apply_env() reads the VESSEL_* overrides.
+struct runtime_options {
+  /// Longest wait for the store and every peer link at start-up (VESSEL_CONNECT_TIMEOUT_MS).
+  std::chrono::milliseconds connect_timeout{60000};
+  /// Bounds of the unexpected-message queue (world_size is set from the bootstrap).
+  matcher_config matcher{};
+  /// Blocks for outgoing payloads (send copies the caller's bytes into one, once). Kept apart
+  /// from the mesh's receive pool so that a sender that fills it cannot starve reassembly.
+  io::buffer_pool_config send_pool{{{4096, 1024}, {65536, 256}, {std::size_t{1} << 20, 32},
+                                     {std::size_t{4} << 20, 8}},
+                                    false};
+  /// The mesh, less what bootstrap fills in (ranks, token, incarnation).
+  mesh_config mesh{};
+  io::reactor_config reactor{};
+
+  /// Defaults for a rank: the mesh's receive pool gets a 4 MiB class (the largest message), not
+  /// pre-faulted, since eight ranks of a test share one small machine; 64 MiB unexpected bound.
+  static runtime_options defaults();
+  /// VESSEL_CONNECT_TIMEOUT_MS, VESSEL_UNEXPECTED_BYTES, and the mesh's own (mesh_config::apply_env).
+  detailed_result<void> apply_env(const env_view& env);
+};
+
+/// Where a rank finds the store when VESSEL_STORE is unset but a launcher started several ranks
+/// (mpirun sets no address): rank 0 serves the store on an ephemeral port and writes "host:port"
+/// into this file (atomically: a rename), the others read it. VESSEL_STORE_FILE names the file;
+/// without it, under Open MPI, ${TMPDIR:-/tmp}/vessel-store-<OMPI_MCA_ess_base_jobid>, unique per
+/// mpirun. Empty when neither applies.
+std::string store_file_path(const env_view& env);
+
+/// One rank. Created by start(); not movable (the reactor holds pointers into it).
+class runtime : private mesh_observer, private credit_sink {
+ public:
+  /// Bootstraps from `env` (logs which source), loads the token, starts the reactor, serves or
+  /// reaches the store, and connects the mesh to every peer. Errors name what failed.
+  static detailed_result<std::unique_ptr<runtime>> start(
+      const env_view& env, runtime_options options = runtime_options::defaults());
+  ~runtime();
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+
+  std::uint32_t rank() const noexcept { return rank_; }
+  std::uint32_t size() const noexcept { return world_; }
+  const launch_info& launch() const noexcept { return launch_; }
+
+  /// Any thread. Hands `r` to the reactor (batched). `r` must stay alive until r.done().
+  void submit(p2p_request& r) noexcept;
+  /// Any thread. Cancels the receive `r` (a timeout) and returns once the reactor has dealt with
+  /// it, so that no reference to `r` is left behind; r.done() then holds, with
+  /// comm_errc::receive_cancelled, or with the message if one matched first.
+  void cancel(p2p_request& r) noexcept;
+
+  /// A block of at least `bytes` for a send payload; waits while the send pool is exhausted
+  /// (backpressure). Empty when `bytes` exceeds the largest block.
+  io::buffer acquire_send_block(std::size_t bytes);
+  /// The largest payload one message may carry (both pools' largest blocks).
+  std::size_t max_message_bytes() const noexcept { return max_message_; }
+
+  /// Counters of the link to `peer` (runs on the reactor; any thread but the reactor's).
+  peer_link_stats link_stats(std::uint32_t peer);
+  /// The matcher's counters (same rules).
+  matcher_stats matching_stats();
+
+  /// Any thread but the reactor's. Closes the mesh, stops the store and the reactor; requests
+  /// still in flight complete with comm_errc::shutting_down. Idempotent; the destructor calls it.
+  void shutdown();
+
+  /// The store client (apps may use the store too).
+  kv_store_client& store() noexcept { return *store_client_; }
+  /// Fault injection for tests: closes the connection to `peer` as if the network cut it.
+  void drop_connection(std::uint32_t peer);
+
+ private:
+  struct queued {
+    p2p_request* request;
+    bool cancel;
+  };
+
+  explicit runtime(runtime_options options);
+  detailed_result<void> boot(const env_view& env);
+
+  // mesh_observer (reactor thread)
+  void on_message(inbound_message&& m) override;
+  void on_peer_state(std::uint32_t peer, peer_state s, std::error_code why) override;
+  void on_writable(std::uint32_t peer) override;
+  // credit_sink (reactor thread)
+  void release(std::uint32_t source, std::size_t bytes) override;
+  void on_backpressure(bool over_bound) override;
+
+  static void flush_thunk(void* self) noexcept;
+  void flush() noexcept;
+  void start_send(p2p_request& r);
+  void start_receive(p2p_request& r);
+  void cancel_receive(p2p_request& r);
+  static void ack_cancel(p2p_request& r) noexcept;
+  void drain_backlog(std::uint32_t peer);
+  void link_pending(p2p_request& r) noexcept;
+  void unlink_pending(p2p_request& r) noexcept;
+  void fail_everything(std::error_code ec);
+  template <class F>
+  auto on_reactor(F&& fn) -> decltype(fn());
+
+  runtime_options options_;
+  launch_info launch_;
+  std::uint32_t rank_ = 0;
+  std::uint32_t world_ = 1;
+  std::size_t max_message_ = 0;
+  std::optional<cluster_token> token_;
+  std::string store_file_;  // written by rank 0 (removed at shutdown)
+
+  std::unique_ptr<io::reactor> reactor_;
+  std::unique_ptr<kv_store_server> store_server_;  // rank 0
+  std::unique_ptr<kv_store_client> store_client_;
+  std::unique_ptr<io::buffer_pool> send_pool_;
+  std::unique_ptr<mesh> mesh_;
+  std::unique_ptr<message_matcher> matcher_;
+
+  // Submission queue: producers append under the lock; the first one into an empty queue posts
+  // the flush. The reactor swaps the vectors, so both keep their capacity (no allocation).
+  std::mutex queue_mutex_;
+  std::vector<queued> incoming_;
+  std::vector<queued> draining_;  // reactor thread
+  bool flush_posted_ = false;
+
+  // Reactor thread only.
+  std::vector<std::deque<p2p_request*>> backlog_;  // per peer: sends the link pushed back
+  std::vector<std::uint64_t> sent_ids_;            // per peer: our message ids
+  std::vector<bool> down_;
+  p2p_request* pending_head_ = nullptr;
+  bool closing_ = false;
+
+  // Waiters for a send block (the pool's available-callback wakes them).
+  std::mutex block_mutex_;
+  std::condition_variable block_cv_;
+
+  std::atomic<bool> shut_down_{false};
+};
+
+}  // namespace vessel::actors
