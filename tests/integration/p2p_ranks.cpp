@@ -1,0 +1,371 @@
+// One rank of the multi-process point-to-point tests (tests/integration/p2p_launch_test.cpp starts
+// N of these; tests/integration/mpirun_test.cpp starts them under mpirun). Bootstraps with
+// vessel::comm::init() from the environment and runs one scenario; exit code 0 means every check
+// of this rank passed, anything else prints why on stderr.
+//
+//   p2p_ranks allpairs <messages per pair> <max bytes> <seed>   all-pairs, random sizes and tags
+//   p2p_ranks cut <messages> <bytes> <cuts>                     rank 0 -> 1 with connection cuts
+//   p2p_ranks backpressure <total MiB> <sleep ms> <max RSS MiB> rank 0 pushes, rank 1 sleeps first
+//   p2p_ranks collectives                                       barrier + allreduce checks
+//   p2p_ranks serve <ms>                                        stay up, then a final exchange
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/comm.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+[[noreturn]] void die(const std::string& why) {
+  std::fprintf(stderr, "FAIL: %s\n", why.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+void check(bool ok, const std::string& why) {
+  if (!ok) die(why);
+}
+
+/// Peak resident set (VmHWM) of this process, in KiB.
+long peak_rss_kib() {
+  std::ifstream in{"/proc/self/status"};
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
+
+std::uint64_t fnv1a(std::span<const std::byte> bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::byte b : bytes) {
+    h ^= static_cast<std::uint8_t>(b);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+/// Deterministic content: both sides can rebuild (and so check) every message.
+void fill(std::vector<std::byte>& buf, std::uint64_t seed) {
+  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (std::size_t i = 0; i < buf.size(); ++i) {
+    if (i % 8 == 0) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+    }
+    buf[i] = static_cast<std::byte>(x >> ((i % 8) * 8));
+  }
+}
+
+/// What rank `src` sends rank `dst` as its `i`-th message: size and tag from one seeded stream.
+struct planned {
+  std::size_t size;
+  std::uint64_t tag;
+};
+std::vector<planned> plan(std::uint32_t src, std::uint32_t dst, int count, std::size_t max_bytes,
+                          std::uint64_t seed) {
+  std::mt19937_64 rng{seed ^ (std::uint64_t{src} << 32) ^ (std::uint64_t{dst} << 48)};
+  std::vector<planned> out;
+  for (int i = 0; i < count; ++i) {
+    // Mostly small, some large: sizes spread over orders of magnitude, as real traffic.
+    const int shift = static_cast<int>(rng() % 23);  // up to 4 MiB
+    std::size_t size = std::min<std::size_t>(max_bytes, rng() % ((std::size_t{1} << shift) + 1));
+    if (i % 7 == 3) size = std::min<std::size_t>(max_bytes, max_bytes - rng() % 1024);  // big
+    out.push_back({size, rng() % 4});
+  }
+  return out;
+}
+std::uint64_t content_seed(std::uint32_t src, std::uint32_t dst, int i, std::uint64_t seed) {
+  return seed * 1000003 + src * 7919 + dst * 104729 + static_cast<std::uint64_t>(i);
+}
+
+int allpairs(vessel::comm& c, int count, std::size_t max_bytes, std::uint64_t seed) {
+  const std::uint32_t me = c.rank();
+  const std::uint32_t n = c.size();
+  // Send on a thread while this one receives: neither side waits for the other to finish.
+  std::atomic<std::uint64_t> bytes_sent{0};
+  std::thread sender{[&] {
+    std::vector<std::byte> buf;
+    for (std::uint32_t step = 1; step < n; ++step) {
+      const std::uint32_t dst = (me + step) % n;
+      auto p = plan(me, dst, count, max_bytes, seed);
+      for (int i = 0; i < count; ++i) {
+        buf.resize(p[i].size);
+        fill(buf, content_seed(me, dst, i, seed));
+        c.send(buf, dst, p[i].tag);
+        bytes_sent += buf.size();
+      }
+    }
+  }};
+
+  // Expected order per (src, tag): the indices src sends with that tag, in send order.
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<int>> expected;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::size_t> next;
+  std::map<std::uint32_t, std::vector<planned>> plans;
+  for (std::uint32_t src = 0; src < n; ++src) {
+    if (src == me) continue;
+    plans[src] = plan(src, me, count, max_bytes, seed);
+    for (int i = 0; i < count; ++i) expected[{src, plans[src][i].tag}].push_back(i);
+  }
+  std::uint64_t bytes_received = 0;
+  std::vector<std::byte> want;
+  const int total = count * static_cast<int>(n - 1);
+  for (int k = 0; k < total; ++k) {
+    vessel::recv_status st;
+    // Alternate wildcard and specific receives so both matching paths carry traffic.
+    std::vector<std::byte> got;
+    if (k % 3 == 0) {
+      got = c.recv(vessel::any_source, vessel::any_tag, 60s, &st);
+    } else {
+      // The next message of some source that still owes one, any tag.
+      std::uint32_t src = (me + 1 + static_cast<std::uint32_t>(k) % (n - 1)) % n;
+      for (std::uint32_t tries = 0; tries < n; ++tries) {
+        bool owes = false;
+        for (std::uint64_t t = 0; t < 4; ++t) {
+          auto it = expected.find({src, t});
+          if (it != expected.end() && next[{src, t}] < it->second.size()) owes = true;
+        }
+        if (owes && src != me) break;
+        src = (src + 1) % n;
+      }
+      got = c.recv(src, vessel::any_tag, 60s, &st);
+    }
+    auto key = std::make_pair(st.source, st.tag);
+    auto it = expected.find(key);
+    check(it != expected.end(), "unexpected (source, tag) " + std::to_string(st.source) + "," +
+                                    std::to_string(st.tag));
+    std::size_t& pos = next[key];
+    check(pos < it->second.size(), "more messages than sent for source " +
+                                       std::to_string(st.source) + " tag " + std::to_string(st.tag));
+    const int index = it->second[pos++];
+    const planned& p = plans[st.source][index];
+    check(got.size() == p.size, "size of message " + std::to_string(index) + " from rank " +
+                                    std::to_string(st.source) + ": " + std::to_string(got.size()) +
+                                    " != " + std::to_string(p.size) + " (order or loss)");
+    want.resize(p.size);
+    fill(want, content_seed(st.source, me, index, seed));
+    check(fnv1a(got) == fnv1a(want), "checksum of message " + std::to_string(index) +
+                                         " from rank " + std::to_string(st.source));
+    bytes_received += got.size();
+  }
+  sender.join();
+  for (auto& [key, order] : expected) {
+    check(next[key] == order.size(), "missing messages from rank " + std::to_string(key.first));
+  }
+  std::printf("OK rank %u allpairs: received %d messages, %llu bytes; sent %llu bytes\n", me,
+              total, static_cast<unsigned long long>(bytes_received),
+              static_cast<unsigned long long>(bytes_sent.load()));
+  return 0;
+}
+
+int cut(vessel::comm& c, int count, std::size_t bytes, int cuts) {
+  check(c.size() >= 2, "cut needs 2 ranks");
+  std::vector<std::byte> buf(bytes);
+  if (c.rank() == 0) {
+    for (int i = 0; i < count; ++i) {
+      std::memcpy(buf.data(), &i, sizeof i);
+      c.send(buf, 1, 5);
+      // Cut the TCP connection from this side, as the network would, several times mid-stream.
+      if (cuts > 0 && i > 0 && i % (count / (cuts + 1)) == 0) c.runtime().drop_connection(1);
+    }
+    auto st = c.link_stats(1);
+    std::printf("OK rank 0 cut: sent %d, reconnects %llu, retransmits %llu\n", count,
+                static_cast<unsigned long long>(st.reconnects),
+                static_cast<unsigned long long>(st.retransmits));
+  } else if (c.rank() == 1) {
+    for (int i = 0; i < count; ++i) {
+      vessel::recv_status st = c.recv(buf, 0, 5, 60s);
+      int got = -1;
+      std::memcpy(&got, buf.data(), sizeof got);
+      check(got == i, "expected message " + std::to_string(i) + ", got " + std::to_string(got) +
+                          " (lost, duplicated or reordered)");
+      check(st.bytes == bytes, "size");
+    }
+    // Exactly once: nothing more may be waiting.
+    bool extra = false;
+    try {
+      c.recv(buf, 0, 5, 300ms);
+      extra = true;
+    } catch (const vessel::comm_timeout&) {
+    }
+    check(!extra, "a message arrived twice");
+    auto st = c.link_stats(0);
+    std::printf("OK rank 1 cut: received %d exactly once, in order (duplicates dropped %llu)\n",
+                count, static_cast<unsigned long long>(st.duplicates));
+  }
+  return 0;
+}
+
+int backpressure(vessel::comm& c, long total_mib, long sleep_ms, long max_rss_mib) {
+  check(c.size() >= 2, "backpressure needs 2 ranks");
+  const std::size_t chunk = 1u << 20;
+  const long messages = total_mib;
+  std::vector<std::byte> buf(chunk, std::byte{0x5a});
+  if (c.rank() == 0) {
+    const long before = peak_rss_kib();
+    for (long i = 0; i < messages; ++i) {
+      std::memcpy(buf.data(), &i, sizeof i);
+      c.send(buf, 1, 9);
+    }
+    const long peak = peak_rss_kib();
+    std::printf("OK rank 0 backpressure: pushed %ld MiB; VmHWM %ld MiB (at start %ld MiB), "
+                "bound %ld MiB\n",
+                total_mib, peak / 1024, before / 1024, max_rss_mib);
+    check(peak / 1024 <= max_rss_mib, "sender peak RSS " + std::to_string(peak / 1024) +
+                                          " MiB exceeds the bound " + std::to_string(max_rss_mib));
+  } else if (c.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{sleep_ms});
+    for (long i = 0; i < messages; ++i) {
+      c.recv(buf, 0, 9, 120s);
+      long got = -1;
+      std::memcpy(&got, buf.data(), sizeof got);
+      check(got == i, "backpressure stream out of order at " + std::to_string(i));
+    }
+    auto ms = c.matching_stats();
+    std::printf("OK rank 1 backpressure: received %ld MiB, unexpected peak %zu MiB\n", total_mib,
+                ms.unexpected_peak_bytes >> 20);
+  }
+  return 0;
+}
+
+int collectives(vessel::comm& c) {
+  const std::uint32_t n = c.size();
+  for (int round = 0; round < 5; ++round) c.barrier(60s);
+  std::vector<std::int64_t> v(1000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int64_t>(c.rank() * 1000 + i);
+  c.allreduce<std::int64_t>(v, vessel::reduce_op::sum, 60s);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::int64_t want =
+        1000 * static_cast<std::int64_t>(n) * (n - 1) / 2 + static_cast<std::int64_t>(i * n);
+    check(v[i] == want, "allreduce sum at " + std::to_string(i));
+  }
+  std::vector<double> d{static_cast<double>(c.rank()), -static_cast<double>(c.rank())};
+  c.allreduce<double>(d, vessel::reduce_op::max, 60s);
+  check(d[0] == n - 1.0 && d[1] == 0.0, "allreduce max");
+  std::vector<float> f(3, 0.1f * static_cast<float>(c.rank() + 1));
+  c.allreduce<float>(f, vessel::reduce_op::sum, 60s);
+  // Every rank must hold the same bits: gather them at rank 0 and compare.
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, f.data(), sizeof bits);
+  std::vector<std::uint64_t> mine{bits};
+  std::vector<std::uint64_t> lo{bits}, hi{bits};
+  c.allreduce<std::uint64_t>(lo, vessel::reduce_op::min, 60s);
+  c.allreduce<std::uint64_t>(hi, vessel::reduce_op::max, 60s);
+  check(lo[0] == hi[0], "float allreduce differs across ranks");
+  std::printf("OK rank %u collectives\n", c.rank());
+  return 0;
+}
+
+/// The vessel side of `vessel-bench p2p`: the same loops and output lines as
+/// bench/peers/mpi_p2p.cpp (ping-pong half round trip; one-way stream ended by an ack).
+int bench(vessel::comm& c, int runs) {
+  check(c.size() == 2, "bench runs on 2 ranks");
+  const double to_s = 1e-9;
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  std::vector<std::byte> buf(64u << 20);
+  const std::uint32_t peer = 1 - c.rank();
+  for (int run = 0; run < runs; ++run) {
+    for (std::size_t size = 8; size <= (1u << 20); size *= 8) {
+      const int iters = size <= 4096 ? 2000 : size <= 65536 ? 500 : 100;
+      const std::span<std::byte> msg{buf.data(), size};
+      c.barrier();
+      const auto t0 = now();
+      for (int i = 0; i < iters; ++i) {
+        if (c.rank() == 0) {
+          c.send(msg, peer, 1);
+          c.recv(msg, peer, 1);
+        } else {
+          c.recv(msg, peer, 1);
+          c.send(msg, peer, 1);
+        }
+      }
+      const double dt = std::chrono::duration<double>(now() - t0).count();
+      if (c.rank() == 0) std::printf("latency %zu %.3f\n", size, dt / iters / 2 * 1e6);
+    }
+    for (std::size_t size = 64u << 10; size <= (64u << 20); size *= 4) {
+      const std::size_t total = std::max<std::size_t>(size * 4, 256u << 20);
+      const int iters = static_cast<int>(total / size);
+      const std::span<std::byte> msg{buf.data(), size};
+      c.barrier();
+      const auto t0 = now();
+      for (int i = 0; i < iters; ++i) {
+        if (c.rank() == 0) c.send(msg, peer, 2);
+        else c.recv(msg, peer, 2);
+      }
+      std::byte ack{};
+      if (c.rank() == 0) c.recv(std::span{&ack, 1}, peer, 3);
+      else c.send(std::span{&ack, 1}, peer, 3);
+      const double dt = std::chrono::duration<double>(now() - t0).count();
+      if (c.rank() == 0) {
+        std::printf("bandwidth %zu %.4f\n", size, double(size) * iters / dt * to_s);
+      }
+    }
+  }
+  std::printf("OK rank %u bench\n", c.rank());
+  return 0;
+}
+
+int serve(vessel::comm& c, long ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds{ms});
+  // Still working after whatever the test did meanwhile: a ring exchange.
+  const std::uint32_t n = c.size();
+  std::uint64_t x = c.rank();
+  c.send(std::as_bytes(std::span{&x, 1}), (c.rank() + 1) % n, 1);
+  std::uint64_t got = 0;
+  c.recv(std::as_writable_bytes(std::span{&got, 1}), (c.rank() + n - 1) % n, 1, 30s);
+  check(got == (c.rank() + n - 1) % n, "ring exchange");
+  std::printf("OK rank %u serve\n", c.rank());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) die("usage: p2p_ranks allpairs|cut|backpressure|collectives|serve ...");
+  const std::string mode = argv[1];
+  auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
+  try {
+    vessel::comm c = vessel::comm::init();
+    std::printf("rank %u of %u up (%s)\n", c.rank(), c.size(), c.runtime().launch().source.c_str());
+    std::fflush(stdout);
+    int rc = 0;
+    if (mode == "allpairs") {
+      rc = allpairs(c, static_cast<int>(arg(2, 20)), static_cast<std::size_t>(arg(3, 1 << 20)),
+                    static_cast<std::uint64_t>(arg(4, 1)));
+    } else if (mode == "cut") {
+      rc = cut(c, static_cast<int>(arg(2, 2000)), static_cast<std::size_t>(arg(3, 4096)),
+               static_cast<int>(arg(4, 3)));
+    } else if (mode == "backpressure") {
+      rc = backpressure(c, arg(2, 1024), arg(3, 2000), arg(4, 256));
+    } else if (mode == "collectives") {
+      rc = collectives(c);
+    } else if (mode == "bench") {
+      rc = bench(c, static_cast<int>(arg(2, 3)));
+    } else if (mode == "serve") {
+      rc = serve(c, arg(2, 1000));
+    } else {
+      die("unknown mode " + mode);
+    }
+    std::fflush(stdout);
+    c.finalize();
+    return rc;
+  } catch (const std::exception& e) {
+    die(std::string{"exception: "} + e.what());
+  }
+}
