@@ -48,8 +48,8 @@ std::vector<named_algorithm> all_algorithms() {
 
 /// Inputs for the shape: allreduce count elements, reduce_scatter size * count, allgather count.
 std::vector<bytes> inputs_for(shape s, const algorithm_params& params) {
-  const std::size_t elements = s == shape::reduce_scatter ? params.count * params.size
-                                                          : params.count;
+  const std::size_t elements =
+      s == shape::reduce_scatter ? params.count * params.size : params.count;
   std::vector<bytes> inputs;
   for (std::uint32_t r = 0; r < params.size; ++r) {
     inputs.push_back(exact_input(params.type, params.op, r, params.size, elements));
@@ -63,11 +63,10 @@ sim::run_report check_case(const named_algorithm& a, algorithm_params params, bo
   options.in_place = in_place;
   const auto inputs = inputs_for(a.kind, params);
   const auto run = run_collective(a.make, a.kind, params, inputs, options);
-  const std::string what = a.name + " p=" + std::to_string(params.size) +
-                           " count=" + std::to_string(params.count) + " " +
-                           std::string(to_string(params.type)) + " " +
-                           std::string(to_string(params.op)) + (in_place ? " in place" : "") +
-                           " chunk=" + std::to_string(params.chunk_bytes);
+  const std::string what =
+      a.name + " p=" + std::to_string(params.size) + " count=" + std::to_string(params.count) +
+      " " + std::string(to_string(params.type)) + " " + std::string(to_string(params.op)) +
+      (in_place ? " in place" : "") + " chunk=" + std::to_string(params.chunk_bytes);
   EXPECT_TRUE(run.report.completed()) << what << "\n" << run.report.explain();
   const auto expected = expected_outputs(a.kind, params, inputs);
   for (std::uint32_t r = 0; r < params.size; ++r) {
@@ -103,13 +102,13 @@ TEST(CollectivesSimAlgorithms, EverySizeOneToSeventeenEveryCountShape) {
 }
 
 TEST(CollectivesSimAlgorithms, EveryDtypeAndOp) {
-  const dtype types[] = {dtype::int8,    dtype::uint8,    dtype::int32,   dtype::uint32,
-                         dtype::int64,   dtype::uint64,   dtype::float16, dtype::bfloat16,
+  const dtype types[] = {dtype::int8,    dtype::uint8,  dtype::int32,   dtype::uint32,
+                         dtype::int64,   dtype::uint64, dtype::float16, dtype::bfloat16,
                          dtype::float32, dtype::float64};
   const reduce_op ops[] = {reduce_op::sum, reduce_op::prod, reduce_op::min, reduce_op::max,
                            reduce_op::avg, reduce_op::band, reduce_op::bor, reduce_op::bxor};
   for (const auto& a : all_algorithms()) {
-    for (std::uint32_t p : {3u, 8u, 13u}) {
+    for (std::uint32_t p : {5u, 8u}) {
       for (dtype t : types) {
         for (reduce_op op : ops) {
           if (!supports(t, op)) continue;
@@ -124,8 +123,8 @@ TEST(CollectivesSimAlgorithms, EveryDtypeAndOp) {
 TEST(CollectivesSimAlgorithms, LargeVectorsInManyChunks) {
   for (const auto& a : all_algorithms()) {
     for (std::uint32_t p : {2u, 6u, 7u}) {
-      const auto report = check_case(a, params_of(p, 10007, dtype::float32, reduce_op::sum, 512),
-                                     p == 7);
+      const auto report =
+          check_case(a, params_of(p, 10007, dtype::float32, reduce_op::sum, 512), p == 7);
       EXPECT_GT(report.messages, 10007u * 4 / 512) << a.name;  // really chunked
     }
   }
@@ -143,16 +142,19 @@ TEST(CollectivesSimAlgorithms, SixtyFourRanks) {
 }
 
 TEST(CollectivesSimAlgorithms, TwoHundredFiftySixRanks) {
-  // A ring allreduce at 256 ranks is 2 p (p - 1) = 130 560 messages: two cases per algorithm.
-  // reduce_scatter and allgather move size * count per rank: their count stays small.
+  // A ring allreduce at 256 ranks is 2 p (p - 1) = 130 560 messages: one case per algorithm,
+  // every other one in place. reduce_scatter and allgather move size * count per rank: their
+  // count stays small.
   const std::uint32_t p = 256;
+  bool in_place = false;
   for (const auto& a : all_algorithms()) {
     const bool per_rank_blocks = a.kind != shape::allreduce;
     check_case(a, params_of(p, per_rank_blocks ? 3 : 2 * p + 5, dtype::int64, reduce_op::sum, 256),
-               false);
-    check_case(a, params_of(p, per_rank_blocks ? 2 : p - 3, dtype::float32, reduce_op::avg, 128),
-               true);
+               in_place);
+    in_place = !in_place;
   }
+  // avg over 256 ranks, count not divisible by the size.
+  check_case(all_algorithms()[2], params_of(p, p - 3, dtype::float32, reduce_op::avg, 128), true);
 }
 
 TEST(CollectivesSimAlgorithms, TwoHundredFiftySixRanksUseTheMessageCountsOfTheTextbook) {
@@ -160,14 +162,12 @@ TEST(CollectivesSimAlgorithms, TwoHundredFiftySixRanksUseTheMessageCountsOfTheTe
   // one chunk each here.
   const std::uint32_t p = 256;
   const auto all = all_algorithms();
-  EXPECT_EQ(check_case(all[0], params_of(p, p, dtype::int32, reduce_op::sum, 1024), false)
-                .messages,
+  EXPECT_EQ(check_case(all[0], params_of(p, p, dtype::int32, reduce_op::sum, 1024), false).messages,
             std::uint64_t{p} * 2 * (p - 1));
-  EXPECT_EQ(check_case(all[1], params_of(p, 16, dtype::int32, reduce_op::sum, 1024), false)
-                .messages,
-            std::uint64_t{p} * 8);
-  EXPECT_EQ(check_case(all[2], params_of(p, p, dtype::int32, reduce_op::sum, 1024), false)
-                .messages,
+  EXPECT_EQ(
+      check_case(all[1], params_of(p, 16, dtype::int32, reduce_op::sum, 1024), false).messages,
+      std::uint64_t{p} * 8);
+  EXPECT_EQ(check_case(all[2], params_of(p, p, dtype::int32, reduce_op::sum, 1024), false).messages,
             std::uint64_t{p} * 16);
 }
 
@@ -178,6 +178,7 @@ TEST(CollectivesSimAlgorithms, FloatResultsAreBitIdenticalOnEveryRank) {
     if (a.kind != shape::allreduce) continue;
     for (std::uint32_t p : {5u, 13u, 64u}) {
       for (dtype t : {dtype::float32, dtype::float64, dtype::bfloat16, dtype::float16}) {
+        if (p == 64 && t != dtype::float32) continue;  // keep the test fast
         for (reduce_op op : {reduce_op::sum, reduce_op::min, reduce_op::avg}) {
           auto params = params_of(p, 333, t, op, 40);
           std::mt19937_64 random(p * 131 + static_cast<unsigned>(t));
@@ -203,8 +204,8 @@ TEST(CollectivesSimAlgorithms, FloatResultsAreBitIdenticalOnEveryRank) {
           ASSERT_TRUE(run.report.completed()) << a.name << "\n" << run.report.explain();
           for (std::uint32_t r = 1; r < p; ++r) {
             ASSERT_EQ(run.outputs[r], run.outputs[0])
-                << a.name << " p=" << p << " " << to_string(t) << " " << to_string(op)
-                << ": rank " << r << " differs from rank 0";
+                << a.name << " p=" << p << " " << to_string(t) << " " << to_string(op) << ": rank "
+                << r << " differs from rank 0";
           }
           // Tolerance: p roundings of the type's epsilon on partial sums of at most p.
           const double eps = t == dtype::float64 ? 2.3e-16 : 1.2e-7;
@@ -220,8 +221,7 @@ TEST(CollectivesSimAlgorithms, FloatResultsAreBitIdenticalOnEveryRank) {
               break;  // 16-bit types round each partial sum: only bit identity is checked
             }
             const double want = op == reduce_op::avg ? reference[i] / p : reference[i];
-            EXPECT_NEAR(got, want, double(p) * p * eps)
-                << a.name << " p=" << p << " element " << i;
+            EXPECT_NEAR(got, want, double(p) * p * eps) << a.name << " p=" << p << " element " << i;
           }
         }
       }
