@@ -69,7 +69,9 @@ struct model_case {
 };
 
 double log2_ceil(double p) { return std::ceil(std::log2(p)); }
-double log2_floor(double p) { return std::floor(std::log2(p)); }
+double log2_floor(double p) {
+  return std::floor(std::log2(p));
+}
 double fold_cost(double p, double n, double a, double b) {
   return std::bit_floor(static_cast<unsigned>(p)) == static_cast<unsigned>(p) ? 0 : 2 * (a + n * b);
 }
@@ -173,8 +175,8 @@ double simulate(const model_case& c, std::uint32_t ranks, std::size_t bytes,
   coll::sim::network net(config);
   const auto report = net.run(pointers, buffers);
   if (!report.completed()) {
-    std::fprintf(stderr, "vessel-bench model: %s on %u ranks, %zu bytes: %s", c.name, ranks,
-                 bytes, report.explain().c_str());
+    std::fprintf(stderr, "vessel-bench model: %s on %u ranks, %zu bytes: %s", c.name, ranks, bytes,
+                 report.explain().c_str());
     return -1;
   }
   return report.completion_s;
