@@ -127,6 +127,7 @@ run_report network::run(std::span<algorithm* const> algorithms,
   std::vector<std::uint32_t> free_slots;
   std::priority_queue<event, std::vector<event>, std::greater<>> queue;
   std::unordered_map<std::uint64_t, link_state> links;
+  std::vector<double> port_busy_until(config_.one_port ? ranks : 0, 0.0);
   std::uint64_t order = 0;
 
   std::vector<step_driver<pooled_payload>> drivers;
@@ -153,6 +154,7 @@ run_report network::run(std::span<algorithm* const> algorithms,
       }
     }
     double start = std::max(now, link.busy_until_s);
+    if (config_.one_port) start = std::max(start, port_busy_until[src]);
     double arrival = start + transmit + config_.link.alpha_s + extra;
     if (faults != faults_.end()) {
       // Outages sorted by start: one pass pushes the message past every outage it overlaps.
@@ -165,6 +167,7 @@ run_report network::run(std::span<algorithm* const> algorithms,
       }
     }
     link.busy_until_s = start + transmit;
+    if (config_.one_port) port_busy_until[src] = std::max(port_busy_until[src], start + transmit);
     arrival = std::max(arrival, link.last_arrival_s);  // FIFO even when a delay ends
     link.last_arrival_s = arrival;
 

@@ -6,8 +6,9 @@
 // - A message of n bytes occupies the link for n * beta (transmission) and arrives alpha after
 //   its last byte left: on an idle link it takes alpha + n * beta. Transmissions on one link are
 //   serialised (a message waits until the link is free); latency overlaps, so back-to-back
-//   chunks pipeline. A rank may transmit on several links at once (no NIC limit), and
-//   reductions cost no modelled time.
+//   chunks pipeline. A rank may transmit on several links at once (no NIC limit) unless
+//   network_config::one_port serialises all of a rank's transmissions; reductions cost no
+//   modelled time.
 // - Delivery is FIFO per link, as the real link layer guarantees.
 // - drop_link: the link carries nothing in [from, until). The link layer is reliable, so a
 //   message whose transmission or flight overlaps the outage is sent again once the link is
@@ -45,6 +46,9 @@ struct network_config {
   std::uint64_t seed = 1;
   double jitter_s = 0;      ///< each message takes up to this much longer (uniform)
   double start_skew_s = 0;  ///< each rank starts up to this much late (uniform)
+  /// One port per rank: a rank transmits one message at a time over all its links together (a
+  /// single NIC or one loopback socket set on a busy core), instead of one per link.
+  bool one_port = false;
 };
 
 /// What one rank was doing when the run ended.

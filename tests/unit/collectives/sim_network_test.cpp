@@ -82,6 +82,54 @@ TEST(CollectivesSimNetwork, ChunksOnOneLinkAreSerialisedButTheirLatencyOverlaps)
   EXPECT_EQ(run.report.messages, 8u);
 }
 
+/// Each rank sends its block to every other rank at once (a naive allgather): the one case in
+/// this file where a rank uses several links at the same moment.
+class send_to_all final : public algorithm {
+ public:
+  explicit send_to_all(const algorithm_params& p) : p_(p) {}
+  std::string_view name() const noexcept override { return "send_to_all"; }
+  result<void> start(const algorithm_buffers& b, std::vector<send_step>& out) override {
+    const std::size_t block = p_.count * size_of(p_.type);
+    std::memcpy(b.output.data() + p_.rank * block, b.input.data(), block);
+    for (std::uint32_t peer = 0; peer < p_.size; ++peer) {
+      if (peer != p_.rank) out.push_back({peer, 0, 0, buffer_id::input, 0, block});
+    }
+    output_ = b.output;
+    return outcome::success();
+  }
+  result<receive_status> on_receive(std::uint32_t peer, std::uint32_t, std::uint32_t,
+                                    std::span<const std::byte> data,
+                                    std::vector<send_step>&) override {
+    std::memcpy(output_.data() + peer * data.size(), data.data(), data.size());
+    ++received_;
+    return receive_status::consumed;
+  }
+  bool done() const noexcept override { return received_ + 1 == p_.size; }
+
+ private:
+  algorithm_params p_;
+  std::span<std::byte> output_;
+  std::uint32_t received_ = 0;
+};
+
+TEST(CollectivesSimNetwork, OnePortSerialisesARanksSendsOverAllItsLinks) {
+  // 5 ranks, 4000-byte blocks: with a port per link every block arrives at alpha + 4000 beta;
+  // with one port per rank the fourth leaves after 4 transmissions.
+  const auto p = params_of(5, 1000, 1 << 20);
+  run_options options;
+  options.config = model(1e-5, 1e-9);
+  const auto multi =
+      run_collective(make_factory<send_to_all>(), shape::allgather, p, inputs_of(p, 1000), options);
+  options.config.one_port = true;
+  const auto single =
+      run_collective(make_factory<send_to_all>(), shape::allgather, p, inputs_of(p, 1000), options);
+  ASSERT_TRUE(multi.report.completed());
+  ASSERT_TRUE(single.report.completed());
+  expect_reference(shape::allgather, p, single);
+  EXPECT_DOUBLE_EQ(multi.report.completion_s, 1e-5 + 4000 * 1e-9);
+  EXPECT_DOUBLE_EQ(single.report.completion_s, 4 * 4000 * 1e-9 + 1e-5);
+}
+
 TEST(CollectivesSimNetwork, DroppedLinkDelaysButLosesNothing) {
   const auto p = params_of(6, 3001, 256);
   run_options options;
