@@ -158,10 +158,12 @@ runtime_options runtime_options::defaults() {
   // hold the queue's bound (64 MiB, 1024 messages) plus a link window (4 MiB) from every peer,
   // or the link finds no block and must reconnect to shed the message (peer_link). The regions
   // are address space, touched only as used (~800 MiB reserved, not resident).
-  o.mesh.pool = io::buffer_pool_config{{{4096, 8192},
-                                        {65536, 4096},
-                                        {std::size_t{1} << 20, 128},
-                                        {std::size_t{4} << 20, 64}},
+  // Blocks of 2^k + 64 bytes: a power-of-two message plus comm's 16-byte chunk header fits the
+  // class of its size instead of the next one (a 1 MiB message would otherwise take 4 MiB).
+  o.mesh.pool = io::buffer_pool_config{{{4096 + 64, 8192},
+                                        {65536 + 64, 4096},
+                                        {(std::size_t{1} << 20) + 64, 128},
+                                        {(std::size_t{4} << 20) + 64, 64}},
                                        false};
   o.matcher.max_unexpected_bytes = std::size_t{64} << 20;
   o.matcher.max_unexpected_messages = 1024;

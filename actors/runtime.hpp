@@ -100,8 +100,11 @@ struct runtime_options {
   matcher_config matcher{};
   /// Blocks for outgoing payloads (send copies the caller's bytes into one, once). Kept apart
   /// from the mesh's receive pool so that a sender that fills it cannot starve reassembly.
-  io::buffer_pool_config send_pool{{{4096, 1024}, {65536, 256}, {std::size_t{1} << 20, 32},
-                                     {std::size_t{4} << 20, 8}},
+  /// Block sizes are 2^k + 64 (room for comm's chunk header, see runtime_options::defaults()).
+  io::buffer_pool_config send_pool{{{4096 + 64, 1024},
+                                     {65536 + 64, 256},
+                                     {(std::size_t{1} << 20) + 64, 32},
+                                     {(std::size_t{4} << 20) + 64, 8}},
                                     false};
   /// The mesh, less what bootstrap fills in (ranks, token, incarnation).
   mesh_config mesh{};
