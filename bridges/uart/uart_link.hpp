@@ -129,6 +129,7 @@ class uart_link final : private io::serial_handler, private channel_sink {
   result<void> send(std::uint8_t command, std::span<const std::byte> body);
 
   /// Calls `on_event` for every unsolicited message from now on; returns an id for unsubscribe.
+  /// Not from inside an event handler (the list may grow under the walk); unsubscribe may be.
   std::uint64_t subscribe(event_handler on_event);
   void unsubscribe(std::uint64_t id) noexcept;
   /// Replaces the state callback.
