@@ -137,6 +137,7 @@ node::node(node_config config, transport_factory make_transport)
       transport_ = std::make_unique<actors::loopback_transport>(reactor_, *observer_);
     }
     outbox_->set_transport(transport_.get());
+    transport_open_ = transport_ != nullptr;
   });
   if (!transport_) {
     throw std::system_error(actors::actor_errc::child_start_failed,
@@ -253,6 +254,12 @@ actors::detailed_result<caf::actor> node::spawn_supervised(actors::child_spec sp
   return result;
 }
 
+void node::drop_connection(std::uint32_t peer) {
+  reactor_.post([this, peer] {
+    if (transport_open_) transport_->drop_connection(peer);
+  });
+}
+
 std::set<std::uint32_t> node::lost_peers() const {
   const std::lock_guard lock{state_mutex_};
   return lost_peers_;
@@ -279,7 +286,10 @@ void node::stop() {
     root_ = nullptr;
   }
   // The transport goes while the reactor still runs (a mesh closes from an app thread).
-  on_reactor(reactor_, [&] { outbox_->set_transport(nullptr); });
+  on_reactor(reactor_, [&] {
+    outbox_->set_transport(nullptr);
+    transport_open_ = false;
+  });
   transport_.reset();
   reactor_.stop();
   // Now no flush can be pending: the batchers and the slots may go.

@@ -100,6 +100,9 @@ class node {
   /// True after the root supervisor itself failed (a child escalated to it).
   bool failed() const;
 
+  /// Fault injection (tests): the transport cuts its connection to `peer` (any thread).
+  void drop_connection(std::uint32_t peer);
+
   /// Any thread but the reactor's or a CAF worker's: orderly shutdown (idempotent).
   void stop();
 
@@ -121,6 +124,7 @@ class node {
   std::shared_ptr<actors::outbox> outbox_;
   std::unique_ptr<observer> observer_;
   std::unique_ptr<actors::node_transport> transport_;
+  bool transport_open_ = false;  // reactor thread: transport_ may be used
   actor_slot rank_slot_;
   std::vector<std::unique_ptr<actor_slot>> link_slots_;  // by peer
   std::unique_ptr<actors::event_batcher<actors::inbound_message>> rank_batcher_;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 
 #include "actors/mesh.hpp"
 #include "io/buffer.hpp"
@@ -48,11 +49,14 @@ class loopback_transport final : public node_transport {
 };
 
 /// A node_transport over a mesh (template so that this header does not need the mesh linked
-/// until someone uses it).
+/// until someone uses it). Owning the mesh, it destroys (closes) it when the node drops the
+/// transport: on the node's stopping thread, while the reactor still runs, as the mesh requires.
 template <class Mesh>
 class mesh_node_transport final : public node_transport {
  public:
   explicit mesh_node_transport(Mesh& m) : mesh_{m} {}
+  explicit mesh_node_transport(std::unique_ptr<Mesh> m) : owned_{std::move(m)}, mesh_{*owned_} {}
+  Mesh& mesh() noexcept { return mesh_; }
   result<void> send(std::uint32_t dst, std::uint64_t tag, io::buffer_slice payload) override {
     return mesh_.send(dst, tag, std::move(payload));
   }
@@ -60,6 +64,7 @@ class mesh_node_transport final : public node_transport {
   void drop_connection(std::uint32_t peer) override { mesh_.drop_connection(peer); }
 
  private:
+  std::unique_ptr<Mesh> owned_;
   Mesh& mesh_;
 };
 
