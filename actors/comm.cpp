@@ -16,7 +16,9 @@ namespace {
 using clock = std::chrono::steady_clock;
 using actors::p2p_request;
 
-spdlog::logger& logger() { return log::get("actors"); }
+spdlog::logger& logger() {
+  return log::get("actors");
+}
 
 /// Prefix of every chunk: the whole message's length and this chunk's offset in it.
 struct chunk_header {
@@ -48,15 +50,15 @@ clock::time_point deadline_after(std::chrono::milliseconds timeout) {
 
 [[noreturn]] void throw_failed(std::uint32_t self, const char* what, std::uint32_t peer,
                                std::uint64_t tag, std::error_code ec) {
-  throw comm_error{ec, "rank " + std::to_string(self) + ": " + what + " " + peer_name(peer) +
-                           " " + tag_name(tag) + ": " + ec.message()};
+  throw comm_error{ec, "rank " + std::to_string(self) + ": " + what + " " + peer_name(peer) + " " +
+                           tag_name(tag) + ": " + ec.message()};
 }
 
 void check_user_tag(std::uint32_t self, std::uint64_t tag, bool wildcard_ok) {
   if (tag < actors::reserved_tag_base || (wildcard_ok && tag == actors::any_tag)) return;
-  throw comm_error{actors::comm_errc::tag_reserved,
-                   "rank " + std::to_string(self) + ": tag " + std::to_string(tag) +
-                       " is reserved (user tags are below 2^63)"};
+  throw comm_error{actors::comm_errc::tag_reserved, "rank " + std::to_string(self) + ": tag " +
+                                                        std::to_string(tag) +
+                                                        " is reserved (user tags are below 2^63)"};
 }
 
 /// Where received chunks go: (offset in the message, bytes).
@@ -214,7 +216,8 @@ struct comm::impl {
     recv_status st = finish_receive(
         first, [&](std::size_t total) { fits = total <= buffer.size(); },
         [&](std::size_t offset, std::span<const std::byte> bytes) {
-          if (fits && !bytes.empty()) std::memcpy(buffer.data() + offset, bytes.data(), bytes.size());
+          if (fits && !bytes.empty())
+            std::memcpy(buffer.data() + offset, bytes.data(), bytes.size());
         });
     if (!fits) {
       throw comm_error{actors::comm_errc::buffer_too_small,
@@ -382,7 +385,8 @@ recv_status comm_request::wait(std::chrono::milliseconds timeout) {
       if (r->error && !failed) failed = r->error;
     }
     s.finished = true;
-    if (failed) throw_failed(s.owner->rank(), "send to", s.sends.front()->peer, s.sends.front()->tag, failed);
+    if (failed)
+      throw_failed(s.owner->rank(), "send to", s.sends.front()->peer, s.sends.front()->tag, failed);
     s.status = recv_status{s.owner->rank(), s.sends.front()->tag, s.send_bytes, 0};
     return s.status;
   }
@@ -424,8 +428,12 @@ comm comm::init(const actors::env_view& env, actors::runtime_options options) {
   return comm{std::move(p)};
 }
 
-std::uint32_t comm::rank() const { return impl_->rt->rank(); }
-std::uint32_t comm::size() const { return impl_->rt->size(); }
+std::uint32_t comm::rank() const {
+  return impl_->rt->rank();
+}
+std::uint32_t comm::size() const {
+  return impl_->rt->size();
+}
 
 void comm::send(std::span<const std::byte> data, std::uint32_t dst, std::uint64_t tag) {
   check_user_tag(rank(), tag, false);
@@ -433,8 +441,9 @@ void comm::send(std::span<const std::byte> data, std::uint32_t dst, std::uint64_
   const auto t0 = debug ? clock::now() : clock::time_point{};
   impl_->send(data, dst, tag);
   if (debug) {
-    logger().debug("rank {}: send to rank {} tag {}: {} B in {} us", rank(), dst, tag, data.size(),
-                   std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
+    logger().debug(
+        "rank {}: send to rank {} tag {}: {} B in {} us", rank(), dst, tag, data.size(),
+        std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
   }
 }
 
@@ -445,9 +454,10 @@ recv_status comm::recv(std::span<std::byte> buffer, std::uint32_t src, std::uint
   const auto t0 = debug ? clock::now() : clock::time_point{};
   recv_status st = impl_->recv_into(buffer, src, tag, timeout);
   if (debug) {
-    logger().debug("rank {}: recv from rank {} tag {} id {}: {} B in {} us", rank(), st.source,
-                   st.tag, st.message_id, st.bytes,
-                   std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
+    logger().debug(
+        "rank {}: recv from rank {} tag {} id {}: {} B in {} us", rank(), st.source, st.tag,
+        st.message_id, st.bytes,
+        std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
   }
   return st;
 }
@@ -460,9 +470,10 @@ std::vector<std::byte> comm::recv(std::uint32_t src, std::uint64_t tag,
   recv_status st = r.wait(timeout);
   if (status != nullptr) *status = st;
   if (debug) {
-    logger().debug("rank {}: recv from rank {} tag {} id {}: {} B in {} us", rank(), st.source,
-                   st.tag, st.message_id, st.bytes,
-                   std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
+    logger().debug(
+        "rank {}: recv from rank {} tag {} id {}: {} B in {} us", rank(), st.source, st.tag,
+        st.message_id, st.bytes,
+        std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
   }
   return r.take_data();
 }
@@ -500,7 +511,9 @@ comm_request comm::irecv(std::uint32_t src, std::uint64_t tag) {
   return comm_request{std::move(s)};
 }
 
-void comm::barrier(std::chrono::milliseconds timeout) { impl_->barrier(timeout); }
+void comm::barrier(std::chrono::milliseconds timeout) {
+  impl_->barrier(timeout);
+}
 
 template <class T>
 void comm::allreduce(std::span<T> data, reduce_op op, std::chrono::milliseconds timeout) {
@@ -519,8 +532,12 @@ template void comm::allreduce<double>(std::span<double>, reduce_op, std::chrono:
 actors::peer_link_stats comm::link_stats(std::uint32_t peer) {
   return impl_->live().link_stats(peer);
 }
-actors::matcher_stats comm::matching_stats() { return impl_->live().matching_stats(); }
-actors::runtime& comm::runtime() { return impl_->live(); }
+actors::matcher_stats comm::matching_stats() {
+  return impl_->live().matching_stats();
+}
+actors::runtime& comm::runtime() {
+  return impl_->live();
+}
 
 void comm::finalize() {
   if (!impl_ || impl_->finalized) return;

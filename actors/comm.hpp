@@ -168,8 +168,7 @@ extern template void comm::allreduce<std::int64_t>(std::span<std::int64_t>, redu
                                                    std::chrono::milliseconds);
 extern template void comm::allreduce<std::uint64_t>(std::span<std::uint64_t>, reduce_op,
                                                     std::chrono::milliseconds);
-extern template void comm::allreduce<float>(std::span<float>, reduce_op,
-                                            std::chrono::milliseconds);
+extern template void comm::allreduce<float>(std::span<float>, reduce_op, std::chrono::milliseconds);
 extern template void comm::allreduce<double>(std::span<double>, reduce_op,
                                              std::chrono::milliseconds);
 

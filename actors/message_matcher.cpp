@@ -15,7 +15,9 @@ constexpr std::uint64_t make_id(std::uint32_t index, std::uint32_t generation) n
 }  // namespace
 
 message_matcher::message_matcher(matcher_config config, credit_sink& sink)
-    : config_{config}, sink_{sink}, unexpected_by_source_(std::max<std::uint32_t>(1, config.world_size)) {
+    : config_{config},
+      sink_{sink},
+      unexpected_by_source_(std::max<std::uint32_t>(1, config.world_size)) {
   unexpected_.reserve(config_.initial_nodes);
   free_unexpected_.reserve(config_.initial_nodes);
   pending_.reserve(config_.initial_nodes);
@@ -175,11 +177,23 @@ void message_matcher::queue_unexpected(p2p_message&& message) {
 
 p2p_message message_matcher::take_unexpected(std::uint32_t index) {
   unexpected_node& n = unexpected_[index];
-  if (n.prev != nil) unexpected_[n.prev].next = n.next; else unexpected_all_.head = n.next;
-  if (n.next != nil) unexpected_[n.next].prev = n.prev; else unexpected_all_.tail = n.prev;
+  if (n.prev != nil)
+    unexpected_[n.prev].next = n.next;
+  else
+    unexpected_all_.head = n.next;
+  if (n.next != nil)
+    unexpected_[n.next].prev = n.prev;
+  else
+    unexpected_all_.tail = n.prev;
   list& by_source = unexpected_by_source_[n.message.source];
-  if (n.prev_src != nil) unexpected_[n.prev_src].next_src = n.next_src; else by_source.head = n.next_src;
-  if (n.next_src != nil) unexpected_[n.next_src].prev_src = n.prev_src; else by_source.tail = n.prev_src;
+  if (n.prev_src != nil)
+    unexpected_[n.prev_src].next_src = n.next_src;
+  else
+    by_source.head = n.next_src;
+  if (n.next_src != nil)
+    unexpected_[n.next_src].prev_src = n.prev_src;
+  else
+    by_source.tail = n.prev_src;
 
   p2p_message out = std::move(n.message);
   n.message = p2p_message{};
@@ -222,8 +236,14 @@ std::uint32_t message_matcher::allocate_pending() {
 
 void message_matcher::unlink_pending(std::uint32_t index) noexcept {
   pending_node& n = pending_[index];
-  if (n.prev != nil) pending_[n.prev].next = n.next; else pending_all_.head = n.next;
-  if (n.next != nil) pending_[n.next].prev = n.prev; else pending_all_.tail = n.prev;
+  if (n.prev != nil)
+    pending_[n.prev].next = n.next;
+  else
+    pending_all_.head = n.next;
+  if (n.next != nil)
+    pending_[n.next].prev = n.prev;
+  else
+    pending_all_.tail = n.prev;
   n.prev = n.next = nil;
   --stats_.pending_receives;
 }

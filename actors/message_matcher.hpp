@@ -77,12 +77,12 @@ struct matcher_stats {
   std::uint64_t matched_on_arrival = 0;  ///< found a pending receive
   std::uint64_t matched_on_post = 0;     ///< a receive found an unexpected message
   std::uint64_t cancelled = 0;
-  std::uint64_t credit_withheld = 0;     ///< messages buffered past the bound
+  std::uint64_t credit_withheld = 0;  ///< messages buffered past the bound
   std::uint64_t backpressure_episodes = 0;
-  std::size_t unexpected_messages = 0;   ///< now
-  std::size_t unexpected_bytes = 0;      ///< now
+  std::size_t unexpected_messages = 0;  ///< now
+  std::size_t unexpected_bytes = 0;     ///< now
   std::size_t unexpected_peak_bytes = 0;
-  std::size_t pending_receives = 0;      ///< now
+  std::size_t pending_receives = 0;  ///< now
 };
 
 /// The matching engine. Not thread-safe: one owner thread.

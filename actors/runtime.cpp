@@ -26,7 +26,9 @@ namespace {
 using namespace std::chrono_literals;
 using clock = std::chrono::steady_clock;
 
-spdlog::logger& logger() { return log::get("actors"); }
+spdlog::logger& logger() {
+  return log::get("actors");
+}
 
 // -- futex on p2p_request::state_ (std::atomic::wait has no timeout) ----------------------------
 
@@ -173,8 +175,8 @@ runtime_options runtime_options::defaults() {
 detailed_result<void> runtime_options::apply_env(const env_view& env) {
   auto timeout = env_number(env, "VESSEL_CONNECT_TIMEOUT_MS", connect_timeout.count());
   if (!timeout) return timeout.error();
-  auto unexpected =
-      env_number(env, "VESSEL_UNEXPECTED_BYTES", static_cast<long long>(matcher.max_unexpected_bytes));
+  auto unexpected = env_number(env, "VESSEL_UNEXPECTED_BYTES",
+                               static_cast<long long>(matcher.max_unexpected_bytes));
   if (!unexpected) return unexpected.error();
   connect_timeout = std::chrono::milliseconds{timeout.value()};
   matcher.max_unexpected_bytes = static_cast<std::size_t>(unexpected.value());
@@ -265,8 +267,7 @@ detailed_result<void> runtime::boot(const env_view& env) {
     if (!file.empty()) {
       if (auto written = write_store_file(file, *store_at); !written) return written.error();
       store_file_ = file;
-      logger().info("rank 0 serves the store at {} (published in {})", store_at->to_string(),
-                    file);
+      logger().info("rank 0 serves the store at {} (published in {})", store_at->to_string(), file);
     }
   } else if (!store_at) {
     auto read = read_store_file(file, deadline);
@@ -274,8 +275,8 @@ detailed_result<void> runtime::boot(const env_view& env) {
     store_at = read.value();
   }
   const auto left = [&] {
-    return std::max(1ms, std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                               clock::now()));
+    return std::max(1ms,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()));
   };
   auto client = kv_store_client::connect(*reactor_, *store_at, left());
   if (!client) return client.error();
@@ -313,7 +314,9 @@ detailed_result<void> runtime::boot(const env_view& env) {
   return outcome::success();
 }
 
-runtime::~runtime() { shutdown(); }
+runtime::~runtime() {
+  shutdown();
+}
 
 void runtime::shutdown() {
   if (shut_down_.exchange(true)) return;
@@ -349,8 +352,10 @@ auto runtime::on_reactor(F&& fn) -> decltype(fn()) {
     }
   });
   if (!posted) {
-    if constexpr (std::is_void_v<R>) return;
-    else return R{};
+    if constexpr (std::is_void_v<R>)
+      return;
+    else
+      return R{};
   }
   return future.get();
 }
@@ -416,9 +421,12 @@ io::buffer runtime::acquire_send_block(std::size_t bytes) {
   }
 }
 
-// -- the reactor side ------------------------------------------------------------------------------
+// -- the reactor side
+// ------------------------------------------------------------------------------
 
-void runtime::flush_thunk(void* self) noexcept { static_cast<runtime*>(self)->flush(); }
+void runtime::flush_thunk(void* self) noexcept {
+  static_cast<runtime*>(self)->flush();
+}
 
 void runtime::flush() noexcept {
   {
@@ -520,7 +528,10 @@ void runtime::link_pending(p2p_request& r) noexcept {
 }
 
 void runtime::unlink_pending(p2p_request& r) noexcept {
-  if (r.prev_ != nullptr) r.prev_->next_ = r.next_; else pending_head_ = r.next_;
+  if (r.prev_ != nullptr)
+    r.prev_->next_ = r.next_;
+  else
+    pending_head_ = r.next_;
   if (r.next_ != nullptr) r.next_->prev_ = r.prev_;
   r.prev_ = r.next_ = nullptr;
   r.pending_ = false;
@@ -546,8 +557,7 @@ void runtime::on_message(inbound_message&& m) {
   const std::uint32_t src = m.src;
   const std::size_t bytes = m.payload.size();
   if (!matcher_) return;  // shutting down: the message dies with its block
-  auto arrived =
-      matcher_->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
+  auto arrived = matcher_->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
   if (!arrived) {
     logger().error("rank {}: message from rank {} dropped: {}", rank_, src,
                    arrived.error().message());
@@ -599,7 +609,9 @@ void runtime::on_writable(std::uint32_t peer) {
   if (peer < world_) drain_backlog(peer);
 }
 
-void runtime::release(std::uint32_t source, std::size_t bytes) { mesh_->release(source, bytes); }
+void runtime::release(std::uint32_t source, std::size_t bytes) {
+  mesh_->release(source, bytes);
+}
 
 void runtime::on_backpressure(bool over_bound) {
   const matcher_stats& s = matcher_->stats();

@@ -83,7 +83,7 @@ class p2p_request {
   friend class runtime;
   void complete(std::error_code ec) noexcept;
 
-  std::atomic<std::uint32_t> state_{0};  // 0 in flight, 1 done; a futex word
+  std::atomic<std::uint32_t> state_{0};        // 0 in flight, 1 done; a futex word
   std::atomic<std::uint32_t> cancel_seen_{0};  // set by the reactor once it ran a cancel
   // Reactor thread only.
   receive_id receive_ = 0;
@@ -102,10 +102,10 @@ struct runtime_options {
   /// from the mesh's receive pool so that a sender that fills it cannot starve reassembly.
   /// Block sizes are 2^k + 64 (room for comm's chunk header, see runtime_options::defaults()).
   io::buffer_pool_config send_pool{{{4096 + 64, 1024},
-                                     {65536 + 64, 256},
-                                     {(std::size_t{1} << 20) + 64, 32},
-                                     {(std::size_t{4} << 20) + 64, 8}},
-                                    false};
+                                    {65536 + 64, 256},
+                                    {(std::size_t{1} << 20) + 64, 32},
+                                    {(std::size_t{4} << 20) + 64, 8}},
+                                   false};
   /// The mesh, less what bootstrap fills in (ranks, token, incarnation).
   mesh_config mesh{};
   io::reactor_config reactor{};
@@ -113,7 +113,8 @@ struct runtime_options {
   /// Defaults for a rank: the mesh's receive pool gets a 4 MiB class (the largest message), not
   /// pre-faulted, since eight ranks of a test share one small machine; 64 MiB unexpected bound.
   static runtime_options defaults();
-  /// VESSEL_CONNECT_TIMEOUT_MS, VESSEL_UNEXPECTED_BYTES, and the mesh's own (mesh_config::apply_env).
+  /// VESSEL_CONNECT_TIMEOUT_MS, VESSEL_UNEXPECTED_BYTES, and the mesh's own
+  /// (mesh_config::apply_env).
   detailed_result<void> apply_env(const env_view& env);
 };
 

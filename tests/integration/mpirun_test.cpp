@@ -27,11 +27,14 @@ std::string run_capture(const std::string& command, int& status) {
   return out;
 }
 
-bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+bool have_mpirun() {
+  return std::system("command -v mpirun > /dev/null 2>&1") == 0;
+}
 
 std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
-  for (std::size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) {
+  for (std::size_t pos = text.find(what); pos != std::string::npos;
+       pos = text.find(what, pos + 1)) {
     ++n;
   }
   return n;
@@ -41,8 +44,9 @@ TEST(mpirun, four_ranks_bootstrap_from_open_mpi_and_run_collectives_and_all_pair
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not found: install openmpi-bin (scripts/setup-deps)";
   // env -u: a VESSEL_RANK/VESSEL_STORE of the shell running ctest would outrank Open MPI's.
   const std::string prefix =
-      std::string{"timeout 180 env -u VESSEL_RANK -u VESSEL_WORLD_SIZE -u VESSEL_STORE "
-                  "-u VESSEL_STORE_FILE VESSEL_TOKEN="} +
+      std::string{
+          "timeout 180 env -u VESSEL_RANK -u VESSEL_WORLD_SIZE -u VESSEL_STORE "
+          "-u VESSEL_STORE_FILE VESSEL_TOKEN="} +
       test_token() +
       // tcp: the same-host default (shm) between processes is disabled in p2p_launch_test too.
       " VESSEL_TRANSPORT=tcp VESSEL_LOG=info mpirun -n 4 --oversubscribe --allow-run-as-root " +
@@ -55,8 +59,7 @@ TEST(mpirun, four_ranks_bootstrap_from_open_mpi_and_run_collectives_and_all_pair
     GTEST_SKIP() << "mpirun cannot start processes here:\n" << out;
   }
   EXPECT_EQ(status, 0) << out;
-  EXPECT_EQ(count(out, "up (Open MPI)"), 4u) << "every rank names Open MPI as its source:\n"
-                                              << out;
+  EXPECT_EQ(count(out, "up (Open MPI)"), 4u) << "every rank names Open MPI as its source:\n" << out;
   EXPECT_EQ(count(out, "OK rank"), 4u) << out;
   EXPECT_NE(out.find("published in"), std::string::npos) << "rank 0 publishes the store file:\n"
                                                          << out;

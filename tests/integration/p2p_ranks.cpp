@@ -148,11 +148,12 @@ int allpairs(vessel::comm& c, int count, std::size_t max_bytes, std::uint64_t se
     }
     auto key = std::make_pair(st.source, st.tag);
     auto it = expected.find(key);
-    check(it != expected.end(), "unexpected (source, tag) " + std::to_string(st.source) + "," +
-                                    std::to_string(st.tag));
+    check(it != expected.end(),
+          "unexpected (source, tag) " + std::to_string(st.source) + "," + std::to_string(st.tag));
     std::size_t& pos = next[key];
     check(pos < it->second.size(), "more messages than sent for source " +
-                                       std::to_string(st.source) + " tag " + std::to_string(st.tag));
+                                       std::to_string(st.source) + " tag " +
+                                       std::to_string(st.tag));
     const int index = it->second[pos++];
     const planned& p = plans[st.source][index];
     check(got.size() == p.size, "size of message " + std::to_string(index) + " from rank " +
@@ -168,8 +169,8 @@ int allpairs(vessel::comm& c, int count, std::size_t max_bytes, std::uint64_t se
   for (auto& [key, order] : expected) {
     check(next[key] == order.size(), "missing messages from rank " + std::to_string(key.first));
   }
-  std::printf("OK rank %u allpairs: received %d messages, %llu bytes; sent %llu bytes\n", me,
-              total, static_cast<unsigned long long>(bytes_received),
+  std::printf("OK rank %u allpairs: received %d messages, %llu bytes; sent %llu bytes\n", me, total,
+              static_cast<unsigned long long>(bytes_received),
               static_cast<unsigned long long>(bytes_sent.load()));
   return 0;
 }
@@ -224,9 +225,10 @@ int backpressure(vessel::comm& c, long total_mib, long sleep_ms, long max_rss_mi
       c.send(buf, 1, 9);
     }
     const long peak = peak_rss_kib();
-    std::printf("OK rank 0 backpressure: pushed %ld MiB; VmHWM %ld MiB (at start %ld MiB), "
-                "bound %ld MiB\n",
-                total_mib, peak / 1024, before / 1024, max_rss_mib);
+    std::printf(
+        "OK rank 0 backpressure: pushed %ld MiB; VmHWM %ld MiB (at start %ld MiB), "
+        "bound %ld MiB\n",
+        total_mib, peak / 1024, before / 1024, max_rss_mib);
     check(peak / 1024 <= max_rss_mib, "sender peak RSS " + std::to_string(peak / 1024) +
                                           " MiB exceeds the bound " + std::to_string(max_rss_mib));
   } else if (c.rank() == 1) {
@@ -305,12 +307,16 @@ int bench(vessel::comm& c, int runs) {
       c.barrier();
       const auto t0 = now();
       for (int i = 0; i < iters; ++i) {
-        if (c.rank() == 0) c.send(msg, peer, 2);
-        else c.recv(msg, peer, 2);
+        if (c.rank() == 0)
+          c.send(msg, peer, 2);
+        else
+          c.recv(msg, peer, 2);
       }
       std::byte ack{};
-      if (c.rank() == 0) c.recv(std::span{&ack, 1}, peer, 3);
-      else c.send(std::span{&ack, 1}, peer, 3);
+      if (c.rank() == 0)
+        c.recv(std::span{&ack, 1}, peer, 3);
+      else
+        c.send(std::span{&ack, 1}, peer, 3);
       const double dt = std::chrono::duration<double>(now() - t0).count();
       if (c.rank() == 0) {
         std::printf("bandwidth %zu %.4f\n", size, double(size) * iters / dt * to_s);

@@ -34,7 +34,7 @@ struct launch_spec {
 };
 
 struct launch_result {
-  std::vector<int> exit_codes;     ///< exit status, or 128 + signal
+  std::vector<int> exit_codes;  ///< exit status, or 128 + signal
   std::vector<std::string> outputs;
   bool timed_out = false;
   std::uint16_t store_port = 0;
@@ -54,7 +54,9 @@ inline std::uint16_t free_loopback_port() {
 }
 
 /// The token every test rank shares (32 bytes).
-inline const char* test_token() { return "vessel-integration-test-token-0123456789"; }
+inline const char* test_token() {
+  return "vessel-integration-test-token-0123456789";
+}
 
 /// Starts the ranks and returns once all ended (or were killed at the timeout).
 /// `on_started` runs in the parent once every rank is forked (e.g. to attack a running rank).

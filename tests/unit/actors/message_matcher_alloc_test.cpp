@@ -20,8 +20,12 @@ std::atomic<std::uint64_t> g_allocations{0};
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc{};
 }
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p) noexcept {
+  std::free(p);
+}
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
 
 namespace vessel::actors {
 namespace {
@@ -46,18 +50,24 @@ TEST(matcher_alloc, post_arrive_match_and_cancel_allocate_nothing_per_message) {
     // Half the messages arrive before their receive (unexpected queue), half after (pending).
     for (int k = 0; k < 16; ++k) {
       auto r = m.arrive(p2p_message{src, i % 4, i, pool.try_acquire(128).slice(0, 128)});
-      if (!r) ++errors;
-      else if (r.value()) ++delivered;
+      if (!r)
+        ++errors;
+      else if (r.value())
+        ++delivered;
     }
     for (int k = 0; k < 16; ++k) {
       auto r = m.post_receive(k % 2 == 0 ? src : any_source, i % 4, i);
-      if (!r) ++errors;
-      else if (r.value().message) ++delivered;
+      if (!r)
+        ++errors;
+      else if (r.value().message)
+        ++delivered;
     }
     for (int k = 0; k < 8; ++k) {
       auto r = m.post_receive(src, 100 + i % 4, i);
-      if (!r) ++errors;
-      else if (!m.cancel(r.value().id)) ++errors;
+      if (!r)
+        ++errors;
+      else if (!m.cancel(r.value().id))
+        ++errors;
     }
     for (int k = 0; k < 16; ++k) {
       auto p = m.post_receive(any_source, 200, i);
@@ -65,8 +75,10 @@ TEST(matcher_alloc, post_arrive_match_and_cancel_allocate_nothing_per_message) {
     }
     for (int k = 0; k < 16; ++k) {
       auto r = m.arrive(p2p_message{src, 200, i, pool.try_acquire(64).slice(0, 64)});
-      if (!r || !r.value()) ++errors;
-      else ++delivered;
+      if (!r || !r.value())
+        ++errors;
+      else
+        ++delivered;
     }
   };
 

@@ -38,8 +38,7 @@ class matcher_test : public ::testing::Test {
     c.initial_nodes = 64;
     return c;
   }
-  p2p_message msg(std::uint32_t src, std::uint64_t tag, std::uint64_t stamp,
-                  std::size_t len = 64) {
+  p2p_message msg(std::uint32_t src, std::uint64_t tag, std::uint64_t stamp, std::size_t len = 64) {
     return p2p_message{src, tag, stamp, test::payload(pool_, len, stamp)};
   }
 
@@ -148,7 +147,8 @@ TEST_F(matcher_test, messages_of_one_source_and_tag_never_overtake) {
     }
   }
   // Drain what is left.
-  while (m.stats().unexpected_messages > 0) check(*m.post_receive(any_source, any_tag, 0).value().message);
+  while (m.stats().unexpected_messages > 0)
+    check(*m.post_receive(any_source, any_tag, 0).value().message);
   EXPECT_EQ(delivered, sent);
   EXPECT_GT(m.stats().matched_on_arrival, 0u);
   EXPECT_GT(m.stats().matched_on_post, 0u);
