@@ -136,6 +136,7 @@ mesh::impl::impl(mesh& m, io::reactor& r, const mesh_config& c, mesh_observer& o
       observer{o},
       stats{m.stats_},
       pool{c.pool},
+      send_pool{c.pool},
       listener{r},
       published_states(c.world_size, peer_state::connecting) {
   // A data frame's payload may be as large as a fragment: the decoder must take it.
@@ -299,7 +300,7 @@ mesh::mesh(io::reactor& r, mesh_config config, mesh_observer& observer)
 
 mesh::~mesh() { close(); }
 
-io::buffer_pool& mesh::pool() noexcept { return impl_->pool; }
+io::buffer_pool& mesh::pool() noexcept { return impl_->send_pool; }
 std::size_t mesh::max_message_bytes() const noexcept { return impl_->pool.max_block_size(); }
 std::uint16_t mesh::listen_port() const noexcept { return impl_->listener.port(); }
 

@@ -157,7 +157,9 @@ struct mesh_config {
   link_sender_config sender{};      ///< initial_credit is overwritten with window_bytes
   link_receiver_config receiver{};  ///< window_bytes is overwritten with window_bytes
   link_liveness_config liveness{};  ///< peer_deadline: silent this long -> down
-  /// The mesh's pool (reassembly and app payloads). Its largest block is the largest message.
+  /// Two pools of this shape: one for reassembly (what peers send us), one the app fills with
+  /// what it sends (mesh::pool()); apart, so that our own unacked sends can never starve the
+  /// receive side. The largest block is the largest message.
   io::buffer_pool_config pool = io::buffer_pool_config::defaults();
   io::shm_config shm{};
 
@@ -224,8 +226,8 @@ class mesh {
   /// until every operation on the reactor has completed. Idempotent.
   void close();
 
-  /// The mesh's pool (mesh_config::pool): reassembly blocks, and blocks for payloads the app
-  /// sends (any thread may acquire; see io::buffer_pool). A block from another pool works too.
+  /// The send pool (mesh_config::pool): blocks for payloads the app sends (any thread may
+  /// acquire; see io::buffer_pool). A block from another pool works too.
   io::buffer_pool& pool() noexcept;
   /// Largest message send() accepts: the receive pool's largest block.
   std::size_t max_message_bytes() const noexcept;

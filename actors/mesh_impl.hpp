@@ -40,7 +40,8 @@ struct mesh::impl {
   const mesh_config& config;
   mesh_observer& observer;
   mesh_stats& stats;
-  io::buffer_pool pool;
+  io::buffer_pool pool;       // reassembly blocks only: what peers send us
+  io::buffer_pool send_pool;  // mesh::pool(): blocks the app fills and sends
   io::tcp_transport_options tcp_options;
 
   std::vector<std::unique_ptr<peer_link>> links;  // [rank]; null for self
