@@ -1,0 +1,312 @@
+// The mesh in one process: several meshes on their own reactor threads, over loopback TCP and
+// shared memory. All-pairs traffic of random sizes and tags with checked payloads and per
+// (src, tag) order; connections cut mid-stream; a peer that vanishes; bad clients on raw
+// sockets.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "actors/handshake.hpp"
+#include "tests/unit/actors/mesh_test_support.hpp"
+#include "wire/frame_codec.hpp"
+
+namespace vessel::actors {
+namespace {
+
+using namespace std::chrono_literals;
+using test::cluster;
+using test::planned;
+
+/// Every rank sends `per_peer` messages to every rank (itself included), sizes from 16 B to
+/// `max_size`, a few of them `big` (multi-fragment), over four tags.
+std::vector<planned> all_pairs_script(std::uint32_t self, std::uint32_t world, int per_peer,
+                                      std::size_t max_size, std::size_t big, unsigned seed) {
+  std::mt19937 rng{seed * 7919u + self};
+  std::uniform_int_distribution<std::size_t> size{16, max_size};
+  std::vector<planned> s;
+  for (int i = 0; i < per_peer; ++i) {
+    for (std::uint32_t dst = 0; dst < world; ++dst) {
+      const bool large = i % 25 == 7;
+      s.push_back({dst, static_cast<std::uint64_t>(rng() % 4), large ? big : size(rng)});
+    }
+  }
+  return s;
+}
+
+void run_all_pairs(mesh_transport t, const std::string& prefix) {
+  constexpr std::uint32_t world = 3;
+  constexpr int per_peer = 60;
+  cluster c{world, t, prefix};
+  ASSERT_TRUE(c.connect());
+  for (std::uint32_t i = 0; i < world; ++i) {
+    // 5 MiB messages: 20 fragments, more than the 4 MiB window.
+    c.nodes[i]->send_all(all_pairs_script(i, world, per_peer, 300000, 5u << 20, 1));
+  }
+  for (auto& n : c.nodes) {
+    ASSERT_TRUE(n->wait_received(std::uint64_t{per_peer} * world))
+        << "received " << n->received();
+  }
+  for (std::uint32_t i = 0; i < world; ++i) {
+    EXPECT_TRUE(c.nodes[i]->errors().empty()) << c.nodes[i]->errors().front();
+    EXPECT_EQ(c.nodes[i]->send_errors(), 0u);
+    for (std::uint32_t p = 0; p < world; ++p) {
+      if (p == i) continue;
+      const peer_link_stats s = c.nodes[i]->stats(p);
+      EXPECT_EQ(s.state, peer_state::up);
+      EXPECT_EQ(s.messages_received, std::uint64_t{per_peer});
+      EXPECT_EQ(s.held_bytes, 0u) << "everything delivered was released";
+      EXPECT_GT(s.frames_received, std::uint64_t{per_peer}) << "big messages are fragmented";
+    }
+  }
+}
+
+TEST(mesh, all_pairs_random_sizes_and_tags_arrive_intact_and_in_order_over_tcp) {
+  run_all_pairs(mesh_transport::tcp, "all-pairs-tcp");
+}
+
+TEST(mesh, all_pairs_random_sizes_and_tags_arrive_intact_and_in_order_over_shm) {
+  run_all_pairs(mesh_transport::shm, "all-pairs-shm");
+}
+
+TEST(mesh, connect_fails_naming_the_missing_peer) {
+  test::store_fixture store;
+  auto token = test::make_token();
+  test::node lonely{test::base_config(0, 2, token, mesh_transport::tcp, "missing")};
+  auto client = kv_store_client::connect(store.address(), 5s);
+  ASSERT_TRUE(client);
+  auto up = lonely.m().connect(*client.value(), 300ms);
+  ASSERT_FALSE(up);
+  EXPECT_NE(up.error().message().find("rank 1"), std::string::npos) << up.error().message();
+}
+
+TEST(mesh, every_message_arrives_once_in_order_when_connections_are_cut_mid_stream) {
+  cluster c{2, mesh_transport::tcp, "cut"};
+  ASSERT_TRUE(c.connect());
+  constexpr int count = 3000;
+  std::vector<planned> a_to_b, b_to_a;
+  for (int i = 0; i < count; ++i) {
+    a_to_b.push_back({1, static_cast<std::uint64_t>(i % 3), 16 + static_cast<std::size_t>(i % 7) * 3000});
+    b_to_a.push_back({0, 5, 64});
+  }
+  c.nodes[0]->send_all(a_to_b);
+  c.nodes[1]->send_all(b_to_a);
+  // Cut from both sides, several times, while the streams run.
+  for (int cut = 0; cut < 6; ++cut) {
+    std::this_thread::sleep_for(5ms);
+    auto& n = *c.nodes[cut % 2];
+    test::on_reactor(n.r(), [&] {
+      n.m().drop_connection(cut % 2 == 0 ? 1 : 0);
+      return 0;
+    });
+  }
+  ASSERT_TRUE(c.nodes[1]->wait_received(count)) << c.nodes[1]->received();
+  ASSERT_TRUE(c.nodes[0]->wait_received(count)) << c.nodes[0]->received();
+  EXPECT_TRUE(c.nodes[0]->errors().empty()) << c.nodes[0]->errors().front();
+  EXPECT_TRUE(c.nodes[1]->errors().empty()) << c.nodes[1]->errors().front();
+  // Exactly once: no more than sent (the order check catches duplicates delivered twice).
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(c.nodes[1]->received(), std::uint64_t{count});
+  EXPECT_EQ(c.nodes[0]->received(), std::uint64_t{count});
+  const auto s = c.nodes[1]->stats(0);
+  const auto s0 = c.nodes[0]->stats(1);
+  EXPECT_GE(s.reconnects + s0.reconnects, 1u);
+  EXPECT_EQ(s.state, peer_state::up);
+}
+
+TEST(mesh, a_peer_that_vanishes_is_reported_down_after_the_reconnect_deadline) {
+  cluster c{2, mesh_transport::tcp, "vanish", [](mesh_config& m) {
+              m.reconnect_deadline = 400ms;
+            }};
+  ASSERT_TRUE(c.connect());
+  c.nodes[1]->m().close();  // no goodbye: the connection just ends
+  auto why = c.nodes[0]->wait_state(1, peer_state::down, 20s);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why, errc::mesh_reconnect_timeout) << why->message();
+  // Sending to a down peer is an error, not a hang.
+  auto sent = test::on_reactor(c.nodes[0]->r(), [&] {
+    return c.nodes[0]->m().send(1, 0, c.nodes[0]->m().pool().try_acquire(64).slice(0, 64));
+  });
+  EXPECT_EQ(sent.error(), errc::mesh_peer_down);
+}
+
+TEST(mesh, a_silent_peer_is_reported_down_after_its_deadline) {
+  cluster c{2, mesh_transport::tcp, "silent", [](mesh_config& m) {
+              m.liveness.heartbeat_interval = 50ms;
+              m.liveness.peer_deadline = 300ms;
+            }};
+  ASSERT_TRUE(c.connect());
+  // Freeze rank 1's reactor: its socket stays open but nothing is answered.
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  c.nodes[1]->r().post([released] { released.wait(); });
+  auto why = c.nodes[0]->wait_state(1, peer_state::down, 20s);
+  release.set_value();
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why, errc::link_peer_silent);
+}
+
+TEST(mesh, messages_to_self_are_delivered_locally) {
+  cluster c{1, mesh_transport::tcp, "self"};
+  ASSERT_TRUE(c.connect());
+  c.nodes[0]->send_all({{0, 1, 100}, {0, 1, 5000}, {0, 2, 16}});
+  ASSERT_TRUE(c.nodes[0]->wait_received(3));
+  EXPECT_TRUE(c.nodes[0]->errors().empty());
+}
+
+// -------------------------------------------------------------------------------- bad clients
+
+int raw_connect(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+void write_all(int fd, std::span<const std::byte> bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n <= 0) return;  // the mesh may close on us mid-way: fine
+    bytes = bytes.subspan(static_cast<std::size_t>(n));
+  }
+}
+
+/// True once the peer has closed `fd` (reads until EOF or error, within `timeout`).
+bool closed_by_peer(int fd, std::chrono::milliseconds timeout) {
+  timeval tv{static_cast<time_t>(timeout.count() / 1000),
+             static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::byte buf[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;
+  }
+}
+
+template <class Pred>
+bool eventually(Pred p, std::chrono::milliseconds timeout = 10s) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (p()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return p();
+}
+
+/// Messages still flow both ways between ranks 0 and 1.
+void expect_mesh_works(cluster& c) {
+  const auto before0 = c.nodes[0]->received();
+  const auto before1 = c.nodes[1]->received();
+  c.nodes[0]->send_all({{1, 9, 1000}, {1, 9, 300000}});
+  c.nodes[1]->send_all({{0, 9, 1000}});
+  EXPECT_TRUE(c.nodes[1]->wait_received(before1 + 2, 20s));
+  EXPECT_TRUE(c.nodes[0]->wait_received(before0 + 1, 20s));
+  EXPECT_TRUE(c.nodes[0]->errors().empty());
+  EXPECT_TRUE(c.nodes[1]->errors().empty());
+}
+
+TEST(mesh, bad_clients_are_closed_with_a_counter_and_the_mesh_keeps_working) {
+  cluster c{2, mesh_transport::tcp, "security", [](mesh_config& m) {
+              m.handshake_timeout = 300ms;
+            }};
+  ASSERT_TRUE(c.connect());
+  const std::uint16_t port = c.nodes[0]->m().listen_port();
+  auto& n0 = *c.nodes[0];
+
+  {  // garbage bytes
+    const int fd = raw_connect(port);
+    std::vector<std::byte> junk(64, std::byte{0x5a});
+    write_all(fd, junk);
+    EXPECT_TRUE(closed_by_peer(fd, 10s));
+    ::close(fd);
+    EXPECT_TRUE(eventually([&] { return n0.totals().protocol_errors >= 1; }));
+  }
+  {  // an oversized length prefix
+    const int fd = raw_connect(port);
+    const std::uint32_t huge = 0xfffffff0u;
+    std::byte prefix[4];
+    std::memcpy(prefix, &huge, 4);
+    write_all(fd, prefix);
+    EXPECT_TRUE(closed_by_peer(fd, 10s));
+    ::close(fd);
+    EXPECT_TRUE(eventually([&] { return n0.totals().protocol_errors >= 2; }));
+  }
+  {  // connects and stalls
+    const int fd = raw_connect(port);
+    EXPECT_TRUE(closed_by_peer(fd, 10s));
+    ::close(fd);
+    EXPECT_TRUE(eventually([&] { return n0.totals().handshake_timeouts >= 1; }));
+  }
+  {  // a wrong token: an opening hello, then a response that does not verify
+    const int fd = raw_connect(port);
+    auto wrong = test::make_token('w');
+    handshake_config hc;
+    hc.self_rank = 1;
+    hc.world_size = 2;
+    hc.incarnation = 77;
+    hc.expected_peer_rank = 0;
+    auto challenge = make_challenge();
+    ASSERT_TRUE(challenge);
+    auto hs = handshake::initiator(wrong, hc, challenge.value(), handshake::clock::now());
+    auto opening = hs.opening_hello();
+    ASSERT_TRUE(opening);
+    wire::frame_encoder enc;
+    std::vector<std::byte> bytes;
+    ASSERT_TRUE(enc.encode_to(*opening, {}, bytes));
+    // The confirmation a token holder would send, with a forged response.
+    wire::frame_header forged = *opening;
+    auto& hello = std::get<wire::hello_fields>(forged.body);
+    hello.challenge.reset();
+    hello.response = wire::nonce{};
+    ASSERT_TRUE(enc.encode_to(forged, {}, bytes));
+    write_all(fd, bytes);
+    EXPECT_TRUE(closed_by_peer(fd, 10s));
+    ::close(fd);
+    EXPECT_TRUE(eventually([&] { return n0.totals().refused >= 1; }));
+  }
+  EXPECT_EQ(c.nodes[0]->stats(1).state, peer_state::up);
+  expect_mesh_works(c);
+}
+
+TEST(mesh, a_slow_receiver_holds_at_most_the_window_plus_one_message) {
+  constexpr std::uint64_t window = 1u << 20;
+  cluster c{2, mesh_transport::tcp, "backpressure", [](mesh_config& m) {
+              m.window_bytes = window;
+              m.max_queued_messages = 8;
+            }};
+  ASSERT_TRUE(c.connect());
+  auto& receiver = *c.nodes[1];
+  receiver.hold();
+  // A message three times the window still arrives whole (the overdraft of one message).
+  c.nodes[0]->send_all({{1, 1, 3u << 20}});
+  ASSERT_TRUE(receiver.wait_received(1, 20s));
+  // Then a stream: the receiver holds what it got and stops the sender at the window.
+  constexpr std::size_t size = 60000;
+  constexpr int count = 100;  // ~6 MiB: several windows
+  c.nodes[0]->send_all(std::vector<planned>(count, planned{1, 2, size}));
+  std::uint64_t last = 0;
+  for (int i = 0; i < 50; ++i) {  // until the count stops moving
+    std::this_thread::sleep_for(20ms);
+    const auto now = receiver.received();
+    if (now == last && now > 1) break;
+    last = now;
+  }
+  const auto held = receiver.stats(0).held_bytes;
+  EXPECT_LT(receiver.received(), std::uint64_t{count} + 1) << "the sender did not wait";
+  EXPECT_LE(held, window + (3u << 20)) << "held more than the window plus one message";
+  EXPECT_LE(held - (3u << 20), window) << "the stream alone went past the window";
+  EXPECT_GT(c.nodes[0]->stats(1).credit_stalls, 0u);
+  receiver.release_held();
+  ASSERT_TRUE(receiver.wait_received(count + 1, 30s)) << receiver.received();
+  EXPECT_TRUE(receiver.errors().empty()) << receiver.errors().front();
+}
+
+}  // namespace
+}  // namespace vessel::actors
