@@ -51,8 +51,10 @@ void mesh_connection::start_shm(io::shm_channel channel) {
                                                owner_.config.shm);
   io::shm_transport& shm = *t;
   transport_ = std::move(t);
-  begin();
+  // shm refuses sends before start(); nothing arrives before our hello on a dialled one, and an
+  // accepted one builds its handshake from the first frame, whenever it comes.
   shm.start();
+  begin();
 }
 
 void mesh_connection::begin() {
