@@ -18,6 +18,8 @@ class collectives_error_category final : public std::error_category {
       case errc::invalid_argument: return "invalid collective parameter";
       case errc::unknown_algorithm: return "unknown algorithm for this collective operation";
       case errc::unsupported_isa: return "instruction set not supported by this CPU";
+      case errc::timed_out: return "collective timed out waiting for peers";
+      case errc::transport_failed: return "a send or receive of the collective failed";
     }
     return "unknown vessel.collectives error";
   }

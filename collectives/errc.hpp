@@ -15,6 +15,8 @@ enum class errc {
   unknown_algorithm,   ///< an algorithm name (per call or VESSEL_ALGO_<OP>) that is not known
                        ///< or does not implement the operation.
   unsupported_isa,     ///< a reduction kernel instruction set this CPU does not have.
+  timed_out,           ///< a collective over real ranks saw no progress within its timeout.
+  transport_failed,    ///< a send or receive of a collective failed (link down, shutdown).
 };
 
 const std::error_category& collectives_category() noexcept;

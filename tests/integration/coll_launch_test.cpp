@@ -1,0 +1,46 @@
+// collectives::communicator over real rank processes on loopback: every operation checked on
+// every rank (coll_ranks), 1, 2 and 3 ranks with every algorithm and four element types, 4 ranks
+// with the default algorithms (CI time).
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/integration/rank_launcher.hpp"
+
+namespace {
+
+using vessel::test::launch_ranks;
+using vessel::test::launch_result;
+using vessel::test::launch_spec;
+
+void run_matrix(int ranks, const std::string& mode) {
+  launch_spec spec;
+  spec.program = COLL_RANKS_PATH;
+  spec.args = {mode};
+  spec.ranks = ranks;
+  spec.timeout = std::chrono::seconds{240};
+  const launch_result r = launch_ranks(spec);
+  EXPECT_FALSE(r.timed_out) << "ranks killed after the timeout";
+  for (int i = 0; i < ranks; ++i) {
+    EXPECT_EQ(r.exit_codes[i], 0) << "rank " << i << " output:\n" << r.outputs[i];
+    EXPECT_NE(r.outputs[i].find("OK rank " + std::to_string(i) + " coll"), std::string::npos)
+        << "rank " << i << ":\n"
+        << r.outputs[i];
+  }
+}
+
+TEST(CollectivesOverRanks, OneRankEveryAlgorithm) {
+  run_matrix(1, "full");
+}
+TEST(CollectivesOverRanks, TwoRanksEveryAlgorithm) {
+  run_matrix(2, "full");
+}
+TEST(CollectivesOverRanks, ThreeRanksEveryAlgorithm) {
+  run_matrix(3, "full");
+}
+TEST(CollectivesOverRanks, FourRanksDefaultAlgorithms) {
+  run_matrix(4, "quick");
+}
+
+}  // namespace
