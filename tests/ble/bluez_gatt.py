@@ -294,6 +294,9 @@ def Pair(device):
 def _check_access(ch_path, kind):
     c = chars[ch_path]
     dev = services[c['service']]['device']
+    if devices[dev].pop('drop_on_access', False):
+        _drop_link(dev)  # the link dies while the request is on the air
+        raise _err('Failed', 'Not connected')
     if not devices[dev]['connected']:
         raise _err('NotConnected', 'Not Connected')
     if f'encrypt-{kind}' in c['flags'] and not mockobject.objects[dev].props[DEVICE_IFACE]['Paired']:
@@ -376,6 +379,12 @@ def GetWrittenValues(self, ch):
 def DropConnection(self, dev):
     '''Link loss seen from the host (supervision timeout): no reply to anyone, just the signals.'''
     return _drop_link(str(dev))
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='o', out_signature='')
+def DropOnNextAccess(self, dev):
+    '''The next GATT request on the device loses the link before its answer (a request in flight).'''
+    devices[str(dev)]['drop_on_access'] = True
 
 
 @dbus.service.method(MOCK_IFACE, in_signature='ous', out_signature='')

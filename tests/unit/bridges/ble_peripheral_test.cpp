@@ -129,6 +129,18 @@ TEST_F(ble_peripheral, request_made_during_an_outage_waits_for_the_link) {
   EXPECT_EQ(dev_->counters().reconnects, 1u);
 }
 
+TEST_F(ble_peripheral, request_in_flight_when_the_link_drops_is_resent_after_the_reconnect) {
+  start(known_addr);
+  mock("DropOnNextAccess", sdbus::ObjectPath{known_dev});  // the read's link dies under it
+  std::optional<ble_result<std::vector<std::uint8_t>>> level;
+  dev_->read(battery_level, [&](auto r) { level = std::move(r); });
+  ASSERT_TRUE(run_until([&] { return level.has_value(); }));
+  ASSERT_TRUE(*level) << level->error().to_string();
+  EXPECT_EQ(level->value(), std::vector<std::uint8_t>{87});
+  EXPECT_EQ(dev_->counters().retries, 1u);
+  EXPECT_EQ(dev_->counters().reconnects, 1u);
+}
+
 TEST_F(ble_peripheral, request_fails_with_link_lost_when_the_link_stays_down) {
   auto c = config(known_addr);
   c.request_timeout = 300ms;
