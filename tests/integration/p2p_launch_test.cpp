@@ -90,6 +90,43 @@ TEST_F(p2p_launch, cut_tcp_connection_mid_stream_delivers_each_message_once) {
   EXPECT_NE(r.outputs[0].find("OK rank 0 cut"), std::string::npos);
 }
 
+TEST_F(p2p_launch, tcp_connection_killed_from_outside_with_ss_delivers_each_message_once) {
+  // The kernel kills the sockets (ss -K, as a failing network or an operator would), not vessel.
+  if (std::system("ss -K dst 127.0.0.1 dport = 1 > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "ss -K unavailable (needs iproute2 and CONFIG_INET_DIAG_DESTROY)";
+  }
+  launch_spec spec;
+  spec.program = P2P_RANKS_PATH;
+  spec.args = {"cut", "6000", "16384", "0"};  // no in-process cut: only ss kills connections
+  spec.ranks = 2;
+  spec.timeout = 120s;
+  int kills = 0;
+  launch_result r = launch_ranks(spec, [&](std::uint16_t store_port) {
+    auto store = actors::kv_store_client::connect(actors::endpoint{"127.0.0.1", store_port}, 30s);
+    ASSERT_TRUE(store) << store.error().detail;
+    auto record = store.value()->get("vessel/mesh/addr/0", 30s);  // rank 1 dials rank 0 here
+    ASSERT_TRUE(record) << record.error().detail;
+    const std::string text(reinterpret_cast<const char*>(record.value().data()),
+                           record.value().size());
+    const auto colon = text.find(':', text.find("tcp="));
+    ASSERT_NE(colon, std::string::npos) << text;
+    const std::string port = std::to_string(std::stoi(text.substr(colon + 1)));
+    for (int i = 0; i < 3; ++i) {
+      std::this_thread::sleep_for(700ms);
+      const std::string cmd = "ss -K '( dport = " + port + " or sport = " + port +
+                              " )' dst 127.0.0.1 2>/dev/null | grep -c ESTAB";
+      kills += std::system((cmd + " > /dev/null").c_str()) == 0 ? 1 : 0;
+    }
+  });
+  expect_all_ok(r);
+  if (kills > 0) {
+    EXPECT_EQ(r.outputs[0].find("reconnects 0,"), std::string::npos)
+        << "ss killed " << kills << " times but rank 0 saw no reconnect:\n"
+        << r.outputs[0];
+  }
+  std::printf("ss -K rounds that killed a connection: %d\n%s", kills, r.outputs[0].c_str());
+}
+
 TEST_F(p2p_launch, sleeping_receiver_bounds_the_senders_memory) {
   // 1 GiB in 1 MiB messages towards a receiver that sleeps 3 s first (4 GiB with
   // VESSEL_LONG_TESTS=1). Bound on the sender's VmHWM: 400 MiB = send pool (~70 MiB of blocks) +
