@@ -354,6 +354,11 @@ def _notify(ch_path, data):
     c = chars[ch_path]
     if not c['notifying'] or ch_path not in mockobject.objects:
         return False  # no CCCD subscription: the peripheral's notification goes nowhere
+    every = c.get('drop_every', 0)
+    if every:
+        c['sent'] = c.get('sent', 0) + 1
+        if c['sent'] % every == 0:
+            return False  # lost on the air (a radio drop the link layer did not repair)
     c['value'] = bytes(data)
     _set_props(mockobject.objects[ch_path], CHAR_IFACE,
                {'Value': dbus.Array(c['value'], signature='y', variant_level=1)})
@@ -379,6 +384,12 @@ def GetWrittenValues(self, ch):
 def DropConnection(self, dev):
     '''Link loss seen from the host (supervision timeout): no reply to anyone, just the signals.'''
     return _drop_link(str(dev))
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='ou', out_signature='')
+def DropNotifications(self, ch, every):
+    '''Loses every `every`-th notification of a characteristic (0: none).'''
+    chars[str(ch)]['drop_every'] = int(every)
 
 
 @dbus.service.method(MOCK_IFACE, in_signature='o', out_signature='')
