@@ -46,11 +46,11 @@ TEST(mpirun, four_ranks_bootstrap_from_open_mpi_and_run_collectives_and_all_pair
   const std::string prefix =
       std::string{
           "timeout 180 env -u VESSEL_RANK -u VESSEL_WORLD_SIZE -u VESSEL_STORE "
-          "-u VESSEL_STORE_FILE VESSEL_TOKEN="} +
+          "-u VESSEL_STORE_FILE -u VESSEL_TRANSPORT VESSEL_TOKEN="} +
       test_token() +
-      // tcp: the same-host default (shm) between processes is disabled in p2p_launch_test too.
-      " VESSEL_TRANSPORT=tcp VESSEL_LOG=info mpirun -n 4 --oversubscribe --allow-run-as-root " +
-      "--mca btl self,tcp " + P2P_RANKS_PATH + " ";
+      // The transport is left to auto: four ranks on one host talk over shared memory.
+      " VESSEL_LOG=info mpirun -n 4 --oversubscribe --allow-run-as-root " + "--mca btl self,tcp " +
+      P2P_RANKS_PATH + " ";
   int status = 0;
   const std::string out = run_capture(prefix + "collectives 2>&1", status);
   if (out.find("not enough slots") != std::string::npos ||

@@ -67,14 +67,11 @@ TEST_F(p2p_launch, eight_ranks_all_pairs_over_tcp) {
   expect_all_ok(run(8, "tcp", {"allpairs", "12", std::to_string(1 << 20), "13"}));
 }
 
-// Shared memory between processes: disabled while the mesh's shm handshake between separate
-// processes times out on both sides ("inbound shm connection: closed: no handshake within
-// 5000 ms"; the in-process actors_mesh_tests pass). Run with --gtest_also_run_disabled_tests.
-TEST_F(p2p_launch, DISABLED_four_ranks_all_pairs_over_shm) {
+TEST_F(p2p_launch, four_ranks_all_pairs_over_shm) {
   expect_all_ok(run(4, "shm", {"allpairs", "30", std::to_string(2 << 20), "14"}));
 }
 
-TEST_F(p2p_launch, DISABLED_eight_ranks_all_pairs_over_shm) {
+TEST_F(p2p_launch, eight_ranks_all_pairs_over_shm) {
   expect_all_ok(run(8, "shm", {"allpairs", "12", std::to_string(1 << 20), "15"}));
 }
 
