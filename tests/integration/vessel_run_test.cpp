@@ -274,6 +274,29 @@ TEST_F(vessel_run_test, usage_errors_exit_2) {
   }
 }
 
+TEST_F(vessel_run_test, a_topology_gives_each_rank_its_host_and_devices) {
+  auto o = run({"--topology",
+                std::string{VESSEL_SOURCE_DIR} + "/examples/topologies/uart-board.toml", "sh", "-c",
+                "echo $VESSEL_RANK $VESSEL_WORLD_SIZE $VESSEL_LOCAL_RANK $VESSEL_HOST "
+                "${VESSEL_STORE%:*} devices=$VESSEL_DEVICES"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("[0] 0 2 0 local 127.0.0.1 devices=\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1] 1 2 1 local 127.0.0.1 "
+                       "devices=uart:port=/tmp/vessel-board,baud=115200,framing=reliable\n"),
+            std::string::npos)
+      << o.out;
+}
+
+TEST_F(vessel_run_test, a_bad_topology_is_a_usage_error_naming_file_line_and_key) {
+  auto path = (dir_ / "bad.toml").string();
+  std::ofstream{path} << "[[hosts]]\nname = \"a\"\naddress = \"127.0.0.1\"\nranks = 0\n";
+  auto o = run({"--topology", path, "true"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find(path + ":4:9: hosts[0].ranks: must be an integer in [1, 4096], got 0"),
+            std::string::npos)
+      << o.err;
+}
+
 TEST_F(vessel_run_test, under_mpirun_it_execs_the_program_as_one_rank) {
   auto o = run({"-n", "4", "sh", "-c", "echo rank=${VESSEL_RANK:-none} ompi=$OMPI_COMM_WORLD_RANK"},
                {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}});

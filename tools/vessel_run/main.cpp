@@ -24,6 +24,7 @@
 
 #include "tools/vessel_run/job_secrets.hpp"
 #include "tools/vessel_run/launcher.hpp"
+#include "tools/vessel_run/topology.hpp"
 
 namespace {
 
@@ -114,6 +115,13 @@ bool under_other_launcher() {
          (set("SLURM_PROCID") && set("SLURM_STEP_ID"));
 }
 
+/// How a host's ranks are started: in place, or inside its network namespace. An ssh launcher
+/// slots in here ({"ssh", address, "--", "env", VARS...}) once hosts say `ssh = true`.
+std::vector<std::string> launch_wrapper(const host_entry& host) {
+  if (host.netns) return {"ip", "netns", "exec", *host.netns};
+  return {};
+}
+
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds{static_cast<long long>(seconds * 1000 + 0.5)};
 }
@@ -145,10 +153,30 @@ int main(int argc, char** argv) {
     spec.local_rank = r;
     job.ranks.push_back(std::move(spec));
   }
+  if (o.topology) {
+    auto loaded = load_topology(*o.topology);
+    if (!loaded) {
+      std::fprintf(stderr, "vessel-run: %s\n", loaded.error().message().c_str());
+      return 2;
+    }
+    const topology& t = loaded.value();
+    store_host = t.hosts.front().address;  // rank 0 serves the store on its host
+    for (int r = 0; r < t.world_size(); ++r) {
+      auto [host_index, local] = t.place(r);
+      rank_spec spec;
+      spec.rank = r;
+      spec.local_rank = local;
+      spec.wrapper = launch_wrapper(t.hosts[host_index]);
+      spec.env = rank_environment(t, r);
+      job.ranks.push_back(std::move(spec));
+    }
+  }
 
-  auto port = pick_free_port(store_host);
+  // The probe runs in vessel-run's namespace: a port free here is a fair guess elsewhere too, and
+  // a fresh network namespace has every port free.
+  auto port = pick_free_port("127.0.0.1");
   if (!port) {
-    std::fprintf(stderr, "vessel-run: no free port for the store on %s: %s\n", store_host.c_str(),
+    std::fprintf(stderr, "vessel-run: no free port for the store: %s\n",
                  port.error().message().c_str());
     return 1;
   }
