@@ -14,7 +14,8 @@ constexpr const char* om_iface = "org.freedesktop.DBus.ObjectManager";
 
 std::string lower(std::string_view s) {
   std::string out{s};
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -26,7 +27,8 @@ T prop_or(const std::map<std::string, sdbus::Variant>& p, const char* key, T fal
 }
 
 bool is_child(std::string_view parent, std::string_view path) {
-  return path.size() > parent.size() && path.substr(0, parent.size()) == parent && path[parent.size()] == '/';
+  return path.size() > parent.size() && path.substr(0, parent.size()) == parent &&
+         path[parent.size()] == '/';
 }
 
 }  // namespace
@@ -44,7 +46,8 @@ bool scan_filter::matches(const device_info& d) const {
   if (!address.empty() && lower(d.address) != lower(address)) return false;
   if (service_uuids.empty()) return true;
   for (const auto& want : service_uuids)
-    if (std::find(d.uuids.begin(), d.uuids.end(), normalize_uuid(want)) != d.uuids.end()) return true;
+    if (std::find(d.uuids.begin(), d.uuids.end(), normalize_uuid(want)) != d.uuids.end())
+      return true;
   return false;
 }
 
@@ -58,7 +61,8 @@ bluez_client::~bluez_client() {
   proxies_.clear();  // cancels pending calls: their callbacks never run after this
 }
 
-ble_result<std::unique_ptr<bluez_client>> bluez_client::open(io::reactor& reactor, std::string adapter) {
+ble_result<std::unique_ptr<bluez_client>> bluez_client::open(io::reactor& reactor,
+                                                             std::string adapter) {
   std::unique_ptr<bluez_client> c;
   try {
     c.reset(new bluez_client(reactor, sdbus::createSystemBusConnection()));
@@ -75,7 +79,11 @@ ble_result<std::unique_ptr<bluez_client>> bluez_client::open(io::reactor& reacto
         sender + "interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'",
         [self](sdbus::Message& m) { self->on_properties_changed(m); }));
     std::map<sdbus::ObjectPath, interfaces> tree;
-    self->proxy("/").callMethod("GetManagedObjects").onInterface(om_iface).withTimeout(std::chrono::seconds{5}).storeResultsTo(tree);
+    self->proxy("/")
+        .callMethod("GetManagedObjects")
+        .onInterface(om_iface)
+        .withTimeout(std::chrono::seconds{5})
+        .storeResultsTo(tree);
     for (auto& [path, ifaces] : tree) self->objects_[path] = std::move(ifaces);
   } catch (const sdbus::Error& e) {
     return ble_error{errc::bus_unavailable, {}, {}, e.getName() + ": " + e.getMessage()};
@@ -86,7 +94,8 @@ ble_result<std::unique_ptr<bluez_client>> bluez_client::open(io::reactor& reacto
       break;
     }
   }
-  if (c->adapter_.empty()) return ble_error{errc::no_adapter, {}, {}, adapter.empty() ? "" : "asked for " + adapter};
+  if (c->adapter_.empty())
+    return ble_error{errc::no_adapter, {}, {}, adapter.empty() ? "" : "asked for " + adapter};
   c->pump_.pump();
   return c;
 }
@@ -109,8 +118,10 @@ device_info bluez_client::to_device(const std::string& path, const properties& p
   d.path = path;
   d.address = prop_or<std::string>(p, "Address", "");
   d.name = prop_or<std::string>(p, "Alias", prop_or<std::string>(p, "Name", ""));
-  for (const auto& u : prop_or<std::vector<std::string>>(p, "UUIDs", {})) d.uuids.push_back(normalize_uuid(u));
-  if (const auto it = p.find("RSSI"); it != p.end() && it->second.containsValueOfType<std::int16_t>())
+  for (const auto& u : prop_or<std::vector<std::string>>(p, "UUIDs", {}))
+    d.uuids.push_back(normalize_uuid(u));
+  if (const auto it = p.find("RSSI");
+      it != p.end() && it->second.containsValueOfType<std::int16_t>())
     d.rssi = it->second.get<std::int16_t>();
   d.paired = prop_or<bool>(p, "Paired", false);
   d.connected = prop_or<bool>(p, "Connected", false);
@@ -143,7 +154,8 @@ std::optional<std::string> bluez_client::device_path(std::string_view address) c
   return std::nullopt;
 }
 
-std::optional<characteristic_info> bluez_client::characteristic_at(std::string_view char_path) const {
+std::optional<characteristic_info> bluez_client::characteristic_at(
+    std::string_view char_path) const {
   const auto it = objects_.find(std::string{char_path});
   if (it == objects_.end()) return std::nullopt;
   const auto ch = it->second.find(char_iface);
@@ -158,7 +170,7 @@ std::optional<characteristic_info> bluez_client::characteristic_at(std::string_v
 }
 
 std::optional<characteristic_info> bluez_client::characteristic(std::string_view device_path,
-                                                                 std::string_view uuid) const {
+                                                                std::string_view uuid) const {
   const auto want = normalize_uuid(uuid);
   for (const auto& [path, ifaces] : objects_) {
     if (!is_child(device_path, path) || !ifaces.contains(char_iface)) continue;
@@ -171,7 +183,8 @@ std::optional<characteristic_info> bluez_client::characteristic(std::string_view
 std::vector<characteristic_info> bluez_client::characteristics(std::string_view device_path) const {
   std::vector<characteristic_info> out;
   for (const auto& [path, ifaces] : objects_)
-    if (is_child(device_path, path) && ifaces.contains(char_iface)) out.push_back(*characteristic_at(path));
+    if (is_child(device_path, path) && ifaces.contains(char_iface))
+      out.push_back(*characteristic_at(path));
   return out;
 }
 
@@ -188,14 +201,16 @@ ble_error bluez_client::error_for(const sdbus::Error& e, const std::string& path
 }
 
 template <class... Args>
-void bluez_client::call(const std::string& path, const char* iface, const char* method, callback<void> done,
-                        std::chrono::microseconds timeout, Args&&... args) {
+void bluez_client::call(const std::string& path, const char* iface, const char* method,
+                        callback<void> done, std::chrono::microseconds timeout, Args&&... args) {
   try {
     auto& p = proxy(path);
     auto msg = p.createMethodCall(iface, method);
     ((msg << std::forward<Args>(args)), ...);
     std::weak_ptr<bool> alive = alive_;
-    p.callMethod(msg, [this, alive, path, done = std::move(done)](sdbus::MethodReply&, const sdbus::Error* e) {
+    p.callMethod(
+        msg,
+        [this, alive, path, done = std::move(done)](sdbus::MethodReply&, const sdbus::Error* e) {
           if (alive.expired()) return;
           if (e != nullptr) return done(error_for(*e, path));
           done(outcome::success());
@@ -217,19 +232,22 @@ void bluez_client::start_discovery(const scan_filter& filter, callback<void> don
     f["UUIDs"] = sdbus::Variant{uuids};
   }
   const auto adapter = adapter_;
-  call(adapter, adapter_iface, "SetDiscoveryFilter",
-       [this, adapter, done = std::move(done)](ble_result<void> r) mutable {
-         if (!r) return done(std::move(r));
-         call(adapter, adapter_iface, "StartDiscovery", std::move(done), std::chrono::microseconds{0});
-       },
-       std::chrono::microseconds{0}, f);
+  call(
+      adapter, adapter_iface, "SetDiscoveryFilter",
+      [this, adapter, done = std::move(done)](ble_result<void> r) mutable {
+        if (!r) return done(std::move(r));
+        call(adapter, adapter_iface, "StartDiscovery", std::move(done),
+             std::chrono::microseconds{0});
+      },
+      std::chrono::microseconds{0}, f);
 }
 
 void bluez_client::stop_discovery(callback<void> done) {
   call(adapter_, adapter_iface, "StopDiscovery", std::move(done), std::chrono::microseconds{0});
 }
 
-void bluez_client::connect(const std::string& device_path, std::chrono::milliseconds timeout, callback<void> done) {
+void bluez_client::connect(const std::string& device_path, std::chrono::milliseconds timeout,
+                           callback<void> done) {
   call(device_path, device_iface, "Connect", std::move(done), timeout);
 }
 
@@ -248,7 +266,8 @@ void bluez_client::read(const std::string& char_path, callback<std::vector<std::
     msg << std::map<std::string, sdbus::Variant>{};
     ++reads_in_flight_[char_path];
     std::weak_ptr<bool> alive = alive_;
-    p.callMethod(msg, [this, alive, char_path, done = std::move(done)](sdbus::MethodReply& reply, const sdbus::Error* e) {
+    p.callMethod(msg, [this, alive, char_path, done = std::move(done)](sdbus::MethodReply& reply,
+                                                                       const sdbus::Error* e) {
       if (alive.expired()) return;
       if (--reads_in_flight_[char_path] <= 0) reads_in_flight_.erase(char_path);
       if (e != nullptr) return done(error_for(*e, char_path));
@@ -262,8 +281,8 @@ void bluez_client::read(const std::string& char_path, callback<std::vector<std::
   }
 }
 
-void bluez_client::write(const std::string& char_path, std::span<const std::uint8_t> data, bool with_response,
-                         callback<void> done) {
+void bluez_client::write(const std::string& char_path, std::span<const std::uint8_t> data,
+                         bool with_response, callback<void> done) {
   std::map<std::string, sdbus::Variant> options;
   options["type"] = sdbus::Variant{std::string{with_response ? "request" : "command"}};
   call(char_path, char_iface, "WriteValue", std::move(done), std::chrono::microseconds{0},

@@ -27,7 +27,7 @@ struct device_info {
   std::string path;     ///< /org/bluez/hci0/dev_C0_FF_EE_00_00_01
   std::string address;  ///< C0:FF:EE:00:00:01
   std::string name;     ///< Alias (BlueZ falls back to the address when the device has no name)
-  std::vector<std::string> uuids;  ///< advertised or resolved service UUIDs, lower case
+  std::vector<std::string> uuids;    ///< advertised or resolved service UUIDs, lower case
   std::optional<std::int16_t> rssi;  ///< only for devices seen advertising in this session
   bool paired = false;
   bool connected = false;
@@ -36,8 +36,8 @@ struct device_info {
 
 /// Which devices a scan reports; empty fields match everything.
 struct scan_filter {
-  std::string name;     ///< exact Alias/Name
-  std::string address;  ///< case-insensitive
+  std::string name;                        ///< exact Alias/Name
+  std::string address;                     ///< case-insensitive
   std::vector<std::string> service_uuids;  ///< any of them (case-insensitive, 128-bit form)
   bool matches(const device_info& d) const;
 };
@@ -46,7 +46,8 @@ struct scan_filter {
 struct characteristic_info {
   std::string path;
   std::string uuid;
-  std::vector<std::string> flags;  ///< read, write, write-without-response, notify, encrypt-read, ...
+  std::vector<std::string>
+      flags;  ///< read, write, write-without-response, notify, encrypt-read, ...
   bool notifying = false;
   std::uint16_t mtu = 23;  ///< ATT MTU of the link (BlueZ >= 5.62; 23 when BlueZ does not say)
 };
@@ -59,13 +60,15 @@ class bluez_client {
   template <class T>
   using callback = std::function<void(ble_result<T>)>;
   using device_listener = std::function<void(const device_info&)>;
-  using value_listener = std::function<void(const std::string& char_path, std::span<const std::uint8_t>)>;
+  using value_listener =
+      std::function<void(const std::string& char_path, std::span<const std::uint8_t>)>;
   using removed_listener = std::function<void(const std::string& path)>;
 
   /// Connects to the system bus (DBUS_SYSTEM_BUS_ADDRESS), installs the signal matches and loads
   /// the object tree. Set-up, like opening a socket: these calls are synchronous, so call it
   /// before the reactor serves traffic (or accept one round trip of latency on it).
-  static ble_result<std::unique_ptr<bluez_client>> open(io::reactor& reactor, std::string adapter = {});
+  static ble_result<std::unique_ptr<bluez_client>> open(io::reactor& reactor,
+                                                        std::string adapter = {});
 
   ~bluez_client();
 
@@ -80,12 +83,14 @@ class bluez_client {
   /// The path of the device with this address, if BlueZ knows it.
   std::optional<std::string> device_path(std::string_view address) const;
   /// The characteristic with this UUID on a device whose services are resolved.
-  std::optional<characteristic_info> characteristic(std::string_view device_path, std::string_view uuid) const;
+  std::optional<characteristic_info> characteristic(std::string_view device_path,
+                                                    std::string_view uuid) const;
   std::optional<characteristic_info> characteristic_at(std::string_view char_path) const;
 
   void start_discovery(const scan_filter& filter, callback<void> done);
   void stop_discovery(callback<void> done);
-  void connect(const std::string& device_path, std::chrono::milliseconds timeout, callback<void> done);
+  void connect(const std::string& device_path, std::chrono::milliseconds timeout,
+               callback<void> done);
   void disconnect(const std::string& device_path, callback<void> done);
   void pair(const std::string& device_path, callback<void> done);
   void read(const std::string& char_path, callback<std::vector<std::uint8_t>> done);

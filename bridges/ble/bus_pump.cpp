@@ -9,7 +9,8 @@ namespace {
 std::uint64_t monotonic_us() noexcept {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000u + static_cast<std::uint64_t>(ts.tv_nsec) / 1000u;
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000u +
+         static_cast<std::uint64_t>(ts.tv_nsec) / 1000u;
 }
 
 }  // namespace
@@ -18,7 +19,8 @@ bus_pump::bus_pump(io::reactor& reactor, sdbus::IConnection& bus) : reactor_{rea
 
 bus_pump::~bus_pump() {
   *alive_ = false;
-  if (timer_armed_ && reactor_.ring_open() && reactor_.is_reactor_thread()) reactor_.cancel_timer(timer_);
+  if (timer_armed_ && reactor_.ring_open() && reactor_.is_reactor_thread())
+    reactor_.cancel_timer(timer_);
 }
 
 void bus_pump::poll_op::complete(int res, std::uint32_t) {
@@ -58,7 +60,8 @@ void bus_pump::arm() {
   timer_deadline_us_ = data.timeout_usec;
   if (data.timeout_usec == UINT64_MAX) return;
   const auto now = monotonic_us();
-  const auto delay = std::chrono::microseconds{data.timeout_usec > now ? data.timeout_usec - now : 0};
+  const auto delay =
+      std::chrono::microseconds{data.timeout_usec > now ? data.timeout_usec - now : 0};
   std::weak_ptr<bool> alive = alive_;
   timer_ = reactor_.add_timer(delay, [this, alive] {
     if (alive.expired()) return;

@@ -70,7 +70,8 @@ errc errc_from_dbus_name(std::string_view name) noexcept {
 std::string ble_error::to_string() const {
   std::string s = code.message();
   if (!device.empty()) s += " (device " + device;
-  if (!characteristic.empty()) s += (device.empty() ? " (characteristic " : ", characteristic ") + characteristic;
+  if (!characteristic.empty())
+    s += (device.empty() ? " (characteristic " : ", characteristic ") + characteristic;
   if (!device.empty() || !characteristic.empty()) s += ")";
   if (!detail.empty()) s += ": " + detail;
   return s;

@@ -9,11 +9,14 @@
 namespace vessel::bridges::ble {
 
 nus_stream::nus_stream(peripheral& device, nus_config config)
-    : device_{device}, config_{std::move(config)}, decoder_{std::chrono::nanoseconds{config_.frame_read_timeout}} {}
+    : device_{device},
+      config_{std::move(config)},
+      decoder_{std::chrono::nanoseconds{config_.frame_read_timeout}} {}
 
 void nus_stream::open(peripheral::done_fn done) {
-  device_.subscribe(config_.tx_uuid, [this](std::span<const std::uint8_t> v) { on_notification(v); },
-                    std::move(done));
+  device_.subscribe(
+      config_.tx_uuid, [this](std::span<const std::uint8_t> v) { on_notification(v); },
+      std::move(done));
 }
 
 void nus_stream::on_notification(std::span<const std::uint8_t> v) {
@@ -43,13 +46,14 @@ void nus_stream::send(std::span<const std::byte> bytes, peripheral::done_fn done
   };
   auto t = std::make_shared<tally>(tally{chunks, std::move(done)});
   for (std::size_t i = 0; i < chunks; ++i) {
-    const auto part = bytes.subspan(std::min(i * chunk, bytes.size()),
-                                    std::min(chunk, bytes.size() - std::min(i * chunk, bytes.size())));
+    const auto part =
+        bytes.subspan(std::min(i * chunk, bytes.size()),
+                      std::min(chunk, bytes.size() - std::min(i * chunk, bytes.size())));
     const auto* p = reinterpret_cast<const std::uint8_t*>(part.data());
     ++counters_.chunks_out;
     counters_.bytes_out += part.size();
-    device_.write(config_.rx_uuid, std::vector<std::uint8_t>(p, p + part.size()), config_.write_with_response,
-                  [t](ble_result<void> r) {
+    device_.write(config_.rx_uuid, std::vector<std::uint8_t>(p, p + part.size()),
+                  config_.write_with_response, [t](ble_result<void> r) {
                     if (!t->done) return;
                     if (!r) return std::exchange(t->done, nullptr)(std::move(r));
                     if (--t->left == 0) std::exchange(t->done, nullptr)(outcome::success());
@@ -60,7 +64,8 @@ void nus_stream::send(std::span<const std::byte> bytes, peripheral::done_fn done
 void nus_stream::send_frame(std::span<const std::byte> payload, peripheral::done_fn done) {
   std::array<std::byte, wire::serial_max_frame_bytes> frame{};
   const auto n = wire::encode_serial_frame(payload, frame);
-  if (!n) return done(ble_error{n.error(), device_.config().address, config_.rx_uuid, "serial frame"});
+  if (!n)
+    return done(ble_error{n.error(), device_.config().address, config_.rx_uuid, "serial frame"});
   send(std::span<const std::byte>{frame.data(), n.value()}, std::move(done));
 }
 

@@ -20,22 +20,26 @@
 namespace vessel::bridges::ble {
 
 inline constexpr const char* nus_service_uuid = "6e400001-b5a3-f393-e0a9-e50e24dcca9e";
-inline constexpr const char* nus_rx_uuid = "6e400002-b5a3-f393-e0a9-e50e24dcca9e";  ///< host -> board
-inline constexpr const char* nus_tx_uuid = "6e400003-b5a3-f393-e0a9-e50e24dcca9e";  ///< board -> host
+inline constexpr const char* nus_rx_uuid =
+    "6e400002-b5a3-f393-e0a9-e50e24dcca9e";  ///< host -> board
+inline constexpr const char* nus_tx_uuid =
+    "6e400003-b5a3-f393-e0a9-e50e24dcca9e";  ///< board -> host
 
 /// Every key with its default.
 struct nus_config {
   std::string rx_uuid = nus_rx_uuid;
   std::string tx_uuid = nus_tx_uuid;
-  bool write_with_response = false;  ///< true: one ATT round trip per chunk (flow-controlled, slower)
-  std::chrono::milliseconds frame_read_timeout{200};  ///< a partial frame silent this long is dropped
+  bool write_with_response =
+      false;  ///< true: one ATT round trip per chunk (flow-controlled, slower)
+  std::chrono::milliseconds frame_read_timeout{
+      200};  ///< a partial frame silent this long is dropped
 };
 
 struct nus_counters {
   std::uint64_t chunks_out = 0;  ///< writes issued
   std::uint64_t bytes_out = 0;
   std::uint64_t bytes_in = 0;
-  std::uint64_t frames_in = 0;   ///< checked frames decoded from TX
+  std::uint64_t frames_in = 0;  ///< checked frames decoded from TX
 };
 
 class nus_stream {

@@ -33,19 +33,21 @@ ble_error peripheral::error(errc e, std::string uuid, std::string detail) const 
 void peripheral::start(done_fn ready) {
   on_first_ready_ = std::move(ready);
   listener_ids_.push_back(client_.on_device([this](const device_info& d) { on_device(d); }));
-  listener_ids_.push_back(client_.on_value([this](const std::string& path, std::span<const std::uint8_t> v) {
-    for (const auto& [uuid, p] : char_paths_) {
-      if (p != path) continue;
-      const auto sub = subscriptions_.find(uuid);
-      if (sub == subscriptions_.end()) return;
-      ++counters_.notifications;
-      counters_.bytes_in += v.size();
-      sub->second(v);
-      return;
-    }
-  }));
+  listener_ids_.push_back(
+      client_.on_value([this](const std::string& path, std::span<const std::uint8_t> v) {
+        for (const auto& [uuid, p] : char_paths_) {
+          if (p != path) continue;
+          const auto sub = subscriptions_.find(uuid);
+          if (sub == subscriptions_.end()) return;
+          ++counters_.notifications;
+          counters_.bytes_in += v.size();
+          sub->second(v);
+          return;
+        }
+      }));
   listener_ids_.push_back(client_.on_removed([this](const std::string& path) {
-    if (path == device_path_ && state_ != link_state::closed) link_lost("device removed from BlueZ");
+    if (path == device_path_ && state_ != link_state::closed)
+      link_lost("device removed from BlueZ");
   }));
   locate();
 }
@@ -61,10 +63,12 @@ void peripheral::locate() {
   state_ = link_state::discovering;
   const auto gen = ++link_generation_;
   std::weak_ptr<bool> alive = alive_;
-  client_.start_discovery(scan_filter{{}, config_.address, {}}, [this, alive, gen](ble_result<void> r) {
-    if (alive.expired() || gen != link_generation_ || r || r.error().code == errc::in_progress) return;
-    fail_start(r.error());
-  });
+  client_.start_discovery(
+      scan_filter{{}, config_.address, {}}, [this, alive, gen](ble_result<void> r) {
+        if (alive.expired() || gen != link_generation_ || r || r.error().code == errc::in_progress)
+          return;
+        fail_start(r.error());
+      });
   if (connect_timer_armed_) client_.reactor().cancel_timer(connect_timer_);
   connect_timer_ = client_.reactor().add_timer(config_.discovery_timeout, [this, alive, gen] {
     if (alive.expired() || gen != link_generation_) return;
@@ -100,7 +104,8 @@ void peripheral::begin_connect() {
   client_.connect(device_path_, config_.connect_timeout, [this, alive, gen](ble_result<void> r) {
     if (alive.expired() || gen != link_generation_ || state_ != link_state::connecting) return;
     if (r || r.error().code == errc::already_connected) {
-      if (const auto now = client_.device(device_path_); now && now->services_resolved) link_ready();
+      if (const auto now = client_.device(device_path_); now && now->services_resolved)
+        link_ready();
       return;  // else ServicesResolved arrives later (on_device)
     }
     ++counters_.errors;
@@ -148,8 +153,13 @@ void peripheral::link_ready() {
 void peripheral::resubscribe() {
   for (const auto& [uuid, fn] : subscriptions_) {
     // Failures are counted by finish(); the subscription stays and is retried on the next link.
-    request r{op::subscribe, uuid, {}, {}, [](ble_result<void>) {},
-              std::chrono::steady_clock::now() + config_.request_timeout, config_.retries_after_link_loss};
+    request r{op::subscribe,
+              uuid,
+              {},
+              {},
+              [](ble_result<void>) {},
+              std::chrono::steady_clock::now() + config_.request_timeout,
+              config_.retries_after_link_loss};
     r.id = next_request_++;
     queue_.push_front(std::make_shared<request>(std::move(r)));
   }
@@ -187,7 +197,8 @@ void peripheral::schedule_reconnect(std::string reason) {
   const auto delay = backoff_.next();
   if (!delay) {
     state_ = link_state::closed;
-    for (auto& r : std::exchange(queue_, {})) finish(r, error(errc::link_lost, r->uuid, "gave up: " + reason));
+    for (auto& r : std::exchange(queue_, {}))
+      finish(r, error(errc::link_lost, r->uuid, "gave up: " + reason));
     return;
   }
   std::weak_ptr<bool> alive = alive_;
@@ -224,25 +235,39 @@ void peripheral::close() {
 }
 
 void peripheral::read(std::string uuid, read_fn done) {
-  enqueue(request{op::read, normalize_uuid(uuid), {}, std::move(done), {}, {}, config_.retries_after_link_loss});
+  enqueue(request{op::read,
+                  normalize_uuid(uuid),
+                  {},
+                  std::move(done),
+                  {},
+                  {},
+                  config_.retries_after_link_loss});
 }
 
-void peripheral::write(std::string uuid, std::vector<std::uint8_t> data, bool with_response, done_fn done) {
-  enqueue(request{with_response ? op::write : op::write_command, normalize_uuid(uuid), std::move(data), {},
-                  std::move(done), {}, config_.retries_after_link_loss});
+void peripheral::write(std::string uuid, std::vector<std::uint8_t> data, bool with_response,
+                       done_fn done) {
+  enqueue(request{with_response ? op::write : op::write_command,
+                  normalize_uuid(uuid),
+                  std::move(data),
+                  {},
+                  std::move(done),
+                  {},
+                  config_.retries_after_link_loss});
 }
 
 void peripheral::subscribe(std::string uuid, notify_fn on_value, done_fn done) {
   uuid = normalize_uuid(uuid);
   subscriptions_[uuid] = std::move(on_value);
-  enqueue(request{op::subscribe, uuid, {}, {}, std::move(done), {}, config_.retries_after_link_loss});
+  enqueue(
+      request{op::subscribe, uuid, {}, {}, std::move(done), {}, config_.retries_after_link_loss});
 }
 
 void peripheral::unsubscribe(std::string uuid, done_fn done) {
   uuid = normalize_uuid(uuid);
   subscriptions_.erase(uuid);
   char_paths_.erase(uuid);
-  enqueue(request{op::unsubscribe, uuid, {}, {}, std::move(done), {}, config_.retries_after_link_loss});
+  enqueue(
+      request{op::unsubscribe, uuid, {}, {}, std::move(done), {}, config_.retries_after_link_loss});
 }
 
 void peripheral::enqueue(request r) {
@@ -263,13 +288,20 @@ void peripheral::expire_requests() {
   const auto now = std::chrono::steady_clock::now();
   const auto why = state_ == link_state::ready ? errc::timeout : errc::link_lost;
   for (auto it = queue_.begin(); it != queue_.end();) {
-    if ((*it)->deadline > now) { ++it; continue; }
+    if ((*it)->deadline > now) {
+      ++it;
+      continue;
+    }
     auto r = *it;
     it = queue_.erase(it);
-    finish(r, error(why, r->uuid, std::string{"request deadline passed while "} + to_string(state_)));
+    finish(r,
+           error(why, r->uuid, std::string{"request deadline passed while "} + to_string(state_)));
   }
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-    if (it->second->deadline > now) { ++it; continue; }
+    if (it->second->deadline > now) {
+      ++it;
+      continue;
+    }
     auto r = it->second;
     it = in_flight_.erase(it);
     finish(r, error(errc::timeout, r->uuid, "no reply before the request deadline"));
@@ -312,7 +344,8 @@ void peripheral::issue(std::shared_ptr<request> r) {
         req->paired_once = true;
         client_.pair(device_path_, [this, alive, req, e](ble_result<void> p) {
           if (alive.expired()) return;
-          if (!p && p.error().code != errc::already_exists) return finish(req, e);  // pairing refused
+          if (!p && p.error().code != errc::already_exists)
+            return finish(req, e);  // pairing refused
           queue_.push_front(req);
           pump_queue();
         });
@@ -330,9 +363,7 @@ void peripheral::issue(std::shared_ptr<request> r) {
     finish(req, std::move(res));
   };
   switch (r->kind) {
-    case op::read:
-      client_.read(path, on_reply);
-      break;
+    case op::read: client_.read(path, on_reply); break;
     case op::write:
     case op::write_command:
       counters_.bytes_out += r->data.size();
@@ -347,18 +378,24 @@ void peripheral::issue(std::shared_ptr<request> r) {
         on_reply(res ? ble_result<std::vector<std::uint8_t>>{std::vector<std::uint8_t>{}}
                      : ble_result<std::vector<std::uint8_t>>{res.error()});
       };
-      if (r->kind == op::subscribe) client_.start_notify(path, cb);
-      else client_.stop_notify(path, cb);
+      if (r->kind == op::subscribe)
+        client_.start_notify(path, cb);
+      else
+        client_.stop_notify(path, cb);
       break;
     }
   }
 }
 
-void peripheral::finish(const std::shared_ptr<request>& r, ble_result<std::vector<std::uint8_t>> result) {
-  if (!result) ++counters_.errors;
-  else if (r->kind == op::read) counters_.bytes_in += result.value().size();
+void peripheral::finish(const std::shared_ptr<request>& r,
+                        ble_result<std::vector<std::uint8_t>> result) {
+  if (!result)
+    ++counters_.errors;
+  else if (r->kind == op::read)
+    counters_.bytes_in += result.value().size();
   if (r->on_read) return r->on_read(std::move(result));
-  if (r->on_done) r->on_done(result ? ble_result<void>{outcome::success()} : ble_result<void>{result.error()});
+  if (r->on_done)
+    r->on_done(result ? ble_result<void>{outcome::success()} : ble_result<void>{result.error()});
 }
 
 }  // namespace vessel::bridges::ble

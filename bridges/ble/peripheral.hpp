@@ -23,11 +23,12 @@ namespace vessel::bridges::ble {
 
 /// How a peripheral is reached and kept. Every key with its default.
 struct peripheral_config {
-  std::string address;                                    ///< C0:FF:EE:00:00:01
-  std::chrono::milliseconds connect_timeout{10'000};      ///< Connect + ServicesResolved
-  std::chrono::milliseconds discovery_timeout{10'000};    ///< to find a device BlueZ does not know
-  std::chrono::milliseconds request_timeout{15'000};      ///< a request's whole life, outages included
-  io::reconnect_policy reconnect{std::chrono::milliseconds{100}, std::chrono::seconds{5}, 2.0, 0, true};
+  std::string address;                                  ///< C0:FF:EE:00:00:01
+  std::chrono::milliseconds connect_timeout{10'000};    ///< Connect + ServicesResolved
+  std::chrono::milliseconds discovery_timeout{10'000};  ///< to find a device BlueZ does not know
+  std::chrono::milliseconds request_timeout{15'000};  ///< a request's whole life, outages included
+  io::reconnect_policy reconnect{std::chrono::milliseconds{100}, std::chrono::seconds{5}, 2.0, 0,
+                                 true};
   unsigned retries_after_link_loss = 1;  ///< resends of a request whose link dropped under it
   bool pair_when_required = true;        ///< on NotAuthorized: Pair, then retry once
 };

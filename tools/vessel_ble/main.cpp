@@ -25,10 +25,11 @@ using namespace vessel::bridges::ble;
 using clock_type = std::chrono::steady_clock;
 
 int usage() {
-  std::cerr << "usage: vessel-ble [--adapter NAME] scan [--timeout SEC] [--name NAME] [--uuid UUID]\n"
-               "       vessel-ble [--adapter NAME] read ADDR CHAR_UUID\n"
-               "       vessel-ble [--adapter NAME] write ADDR CHAR_UUID HEX [--no-response]\n"
-               "       vessel-ble [--adapter NAME] notify ADDR CHAR_UUID [--count N] [--timeout SEC]\n";
+  std::cerr
+      << "usage: vessel-ble [--adapter NAME] scan [--timeout SEC] [--name NAME] [--uuid UUID]\n"
+         "       vessel-ble [--adapter NAME] read ADDR CHAR_UUID\n"
+         "       vessel-ble [--adapter NAME] write ADDR CHAR_UUID HEX [--no-response]\n"
+         "       vessel-ble [--adapter NAME] notify ADDR CHAR_UUID [--count N] [--timeout SEC]\n";
   return 2;
 }
 
@@ -96,19 +97,29 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[i];
     const bool has_value = i + 1 < args.size();
-    if (a == "--adapter" && has_value) adapter = args[++i];
-    else if (a == "--timeout" && has_value) timeout_s = std::atof(args[++i].c_str());
-    else if (a == "--count" && has_value) count = std::atol(args[++i].c_str());
-    else if (a == "--name" && has_value) name = args[++i];
-    else if (a == "--uuid" && has_value) uuid_filter = args[++i];
-    else if (a == "--no-response") with_response = false;
-    else if (a.starts_with("--")) return usage();
-    else pos.push_back(a);
+    if (a == "--adapter" && has_value)
+      adapter = args[++i];
+    else if (a == "--timeout" && has_value)
+      timeout_s = std::atof(args[++i].c_str());
+    else if (a == "--count" && has_value)
+      count = std::atol(args[++i].c_str());
+    else if (a == "--name" && has_value)
+      name = args[++i];
+    else if (a == "--uuid" && has_value)
+      uuid_filter = args[++i];
+    else if (a == "--no-response")
+      with_response = false;
+    else if (a.starts_with("--"))
+      return usage();
+    else
+      pos.push_back(a);
   }
   if (pos.empty()) return usage();
   const auto& cmd = pos[0];
-  if ((cmd == "scan" && pos.size() != 1) || ((cmd == "read" || cmd == "notify") && pos.size() != 3) ||
-      (cmd == "write" && pos.size() != 4) || (cmd != "scan" && cmd != "read" && cmd != "write" && cmd != "notify"))
+  if ((cmd == "scan" && pos.size() != 1) ||
+      ((cmd == "read" || cmd == "notify") && pos.size() != 3) ||
+      (cmd == "write" && pos.size() != 4) ||
+      (cmd != "scan" && cmd != "read" && cmd != "write" && cmd != "notify"))
     return usage();
 
   tool t;
@@ -123,10 +134,12 @@ int main(int argc, char** argv) {
 
   if (cmd == "scan") {
     // Known devices first (bonded ones never advertise as new), then whatever discovery finds.
-    const scan_filter filter{name, {}, uuid_filter.empty() ? std::vector<std::string>{} : std::vector{uuid_filter}};
+    const scan_filter filter{
+        name, {}, uuid_filter.empty() ? std::vector<std::string>{} : std::vector{uuid_filter}};
     std::vector<std::string> seen;
     auto print = [&](const device_info& d) {
-      if (!filter.matches(d) || std::find(seen.begin(), seen.end(), d.address) != seen.end()) return;
+      if (!filter.matches(d) || std::find(seen.begin(), seen.end(), d.address) != seen.end())
+        return;
       seen.push_back(d.address);
       std::cout << d.address << " " << (d.name.empty() ? "-" : d.name) << " "
                 << (d.rssi ? std::to_string(*d.rssi) : std::string{"-"});
@@ -139,7 +152,9 @@ int main(int argc, char** argv) {
     client.start_discovery(filter, [&](ble_result<void> r) { started = std::move(r); });
     if (!t.run_until([&] { return started.has_value(); }, std::chrono::seconds{10})) return 1;
     if (!*started) return fail(started->error());
-    t.run_until([] { return false; }, std::chrono::milliseconds{static_cast<long>((timeout_s < 0 ? 5 : timeout_s) * 1000)});
+    t.run_until(
+        [] { return false; },
+        std::chrono::milliseconds{static_cast<long>((timeout_s < 0 ? 5 : timeout_s) * 1000)});
     bool stopped = false;
     client.stop_discovery([&](ble_result<void>) { stopped = true; });
     t.run_until([&] { return stopped; }, std::chrono::seconds{2});
@@ -151,7 +166,8 @@ int main(int argc, char** argv) {
   peripheral dev{client, pc};
   std::optional<ble_result<void>> ready;
   dev.start([&](ble_result<void> r) { ready = std::move(r); });
-  t.run_until([&] { return ready.has_value(); }, pc.connect_timeout + pc.discovery_timeout + std::chrono::seconds{1});
+  t.run_until([&] { return ready.has_value(); },
+              pc.connect_timeout + pc.discovery_timeout + std::chrono::seconds{1});
   if (!ready) return fail(ble_error{errc::timeout, pc.address, {}, "no link"});
   if (!*ready) return fail(ready->error());
 
@@ -160,9 +176,12 @@ int main(int argc, char** argv) {
     std::optional<ble_result<std::vector<std::uint8_t>>> v;
     dev.read(pos[2], [&](auto r) { v = std::move(r); });
     t.run_until([&] { return v.has_value(); }, pc.request_timeout + std::chrono::seconds{1});
-    if (!v) rc = fail(ble_error{errc::timeout, pc.address, pos[2], {}});
-    else if (!*v) rc = fail(v->error());
-    else std::cout << hex(v->value()) << std::endl;
+    if (!v)
+      rc = fail(ble_error{errc::timeout, pc.address, pos[2], {}});
+    else if (!*v)
+      rc = fail(v->error());
+    else
+      std::cout << hex(v->value()) << std::endl;
   } else if (cmd == "write") {
     const auto data = parse_hex(pos[3]);
     if (!data) {
@@ -172,21 +191,27 @@ int main(int argc, char** argv) {
     std::optional<ble_result<void>> w;
     dev.write(pos[2], *data, with_response, [&](auto r) { w = std::move(r); });
     t.run_until([&] { return w.has_value(); }, pc.request_timeout + std::chrono::seconds{1});
-    if (!w) rc = fail(ble_error{errc::timeout, pc.address, pos[2], {}});
-    else if (!*w) rc = fail(w->error());
+    if (!w)
+      rc = fail(ble_error{errc::timeout, pc.address, pos[2], {}});
+    else if (!*w)
+      rc = fail(w->error());
   } else {  // notify
     long got = 0;
     std::optional<ble_result<void>> sub;
-    dev.subscribe(pos[2], [&](std::span<const std::uint8_t> v) {
-      ++got;
-      std::cout << hex(v) << std::endl;
-    }, [&](auto r) { sub = std::move(r); });
+    dev.subscribe(
+        pos[2],
+        [&](std::span<const std::uint8_t> v) {
+          ++got;
+          std::cout << hex(v) << std::endl;
+        },
+        [&](auto r) { sub = std::move(r); });
     t.run_until([&] { return sub.has_value(); }, pc.request_timeout + std::chrono::seconds{1});
     if (!sub || !*sub) {
       rc = fail(sub ? sub->error() : ble_error{errc::timeout, pc.address, pos[2], {}});
     } else {
-      const auto limit = timeout_s < 0 ? std::chrono::milliseconds{std::chrono::hours{24 * 365}}
-                                       : std::chrono::milliseconds{static_cast<long>(timeout_s * 1000)};
+      const auto limit = timeout_s < 0
+                             ? std::chrono::milliseconds{std::chrono::hours{24 * 365}}
+                             : std::chrono::milliseconds{static_cast<long>(timeout_s * 1000)};
       const bool enough = t.run_until([&] { return count > 0 && got >= count; }, limit);
       if (count > 0 && !enough) rc = 3;
     }

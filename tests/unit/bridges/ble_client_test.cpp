@@ -24,7 +24,10 @@ class ble_client : public ble_env {
     client_->connect(dev, 5s, [&](ble_result<void> res) { r = std::move(res); });
     ASSERT_TRUE(run_until([&] { return r.has_value(); }));
     ASSERT_TRUE(*r) << r->error().to_string();
-    ASSERT_TRUE(run_until([&] { auto d = client_->device(dev); return d && d->services_resolved; }));
+    ASSERT_TRUE(run_until([&] {
+      auto d = client_->device(dev);
+      return d && d->services_resolved;
+    }));
   }
   void discover_nus() {
     std::optional<ble_result<void>> r;
@@ -67,7 +70,8 @@ TEST_F(ble_client, services_resolve_after_connect_and_gatt_objects_precede_the_f
   client_->on_device([&](const device_info& d) {
     if (d.path != nus_dev) return;
     const bool has_chars = !client_->characteristics(nus_dev).empty();
-    order.push_back(std::string{d.connected ? "C" : "c"} + (d.services_resolved ? "R" : "r") + (has_chars ? "G" : "g"));
+    order.push_back(std::string{d.connected ? "C" : "c"} + (d.services_resolved ? "R" : "r") +
+                    (has_chars ? "G" : "g"));
   });
   connect(nus_dev);
   ASSERT_GE(order.size(), 2u);
@@ -100,8 +104,14 @@ TEST_F(ble_client, read_write_and_notify) {
 
   int writes = 0;
   const std::vector<std::uint8_t> a{1, 2, 3}, b{4, 5};
-  client_->write(nus_rx, a, false, [&](auto r) { EXPECT_TRUE(r); ++writes; });
-  client_->write(nus_rx, b, true, [&](auto r) { EXPECT_TRUE(r); ++writes; });
+  client_->write(nus_rx, a, false, [&](auto r) {
+    EXPECT_TRUE(r);
+    ++writes;
+  });
+  client_->write(nus_rx, b, true, [&](auto r) {
+    EXPECT_TRUE(r);
+    ++writes;
+  });
   ASSERT_TRUE(run_until([&] { return writes == 2 && notes.size() == 2; }));
   EXPECT_EQ(notes[0], a);
   EXPECT_EQ(notes[1], b);

@@ -65,18 +65,21 @@ class ble_env : public ::testing::Test {
  protected:
   /// The mock's -p parameters; override per suite.
   virtual std::string mock_parameters() const {
-    return std::string{R"({"adapter":"hci0","resolve_delay_ms":30,"nus":")"} + nus_addr + R"(","known":")" +
-           known_addr + R"("})";
+    return std::string{R"({"adapter":"hci0","resolve_delay_ms":30,"nus":")"} + nus_addr +
+           R"(","known":")" + known_addr + R"("})";
   }
 
   void SetUp() override {
     for (const char* tool : {"/usr/bin/dbus-daemon", python})
-      if (::access(tool, X_OK) != 0) GTEST_SKIP() << tool << " missing (apt-get install dbus-daemon python3-dbusmock)";
+      if (::access(tool, X_OK) != 0)
+        GTEST_SKIP() << tool << " missing (apt-get install dbus-daemon python3-dbusmock)";
     if (std::system("/usr/bin/python3 -c 'import dbusmock' 2>/dev/null") != 0)
       GTEST_SKIP() << "python3-dbusmock missing (apt-get install python3-dbusmock)";
     int fds[2];
     ASSERT_EQ(::pipe(fds), 0);
-    bus_.pid = spawn({"/usr/bin/dbus-daemon", "--session", "--nofork", "--nopidfile", "--print-address=1"}, fds[1]);
+    bus_.pid =
+        spawn({"/usr/bin/dbus-daemon", "--session", "--nofork", "--nopidfile", "--print-address=1"},
+              fds[1]);
     ::close(fds[1]);
     std::string address;
     char ch = 0;
@@ -86,15 +89,20 @@ class ble_env : public ::testing::Test {
     ::setenv("DBUS_SYSTEM_BUS_ADDRESS", address.c_str(), 1);
     // The mock logs every call on stdout; VESSEL_BLE_MOCK_LOG=1 keeps it for debugging.
     const char* keep_log = std::getenv("VESSEL_BLE_MOCK_LOG");
-    const int quiet = (keep_log != nullptr && *keep_log == '1') ? -1 : ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-    mock_.pid = spawn({python, "-m", "dbusmock", "--system", "--template", VESSEL_BLE_TEMPLATE, "-p", mock_parameters()},
+    const int quiet =
+        (keep_log != nullptr && *keep_log == '1') ? -1 : ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    mock_.pid = spawn({python, "-m", "dbusmock", "--system", "--template", VESSEL_BLE_TEMPLATE,
+                       "-p", mock_parameters()},
                       quiet);
     if (quiet >= 0) ::close(quiet);
     control_ = sdbus::createSystemBusConnection();
     auto dbus = sdbus::createProxy(*control_, "org.freedesktop.DBus", "/org/freedesktop/DBus");
     bool up = false;
     for (int i = 0; i < 500 && !up; ++i) {
-      dbus->callMethod("NameHasOwner").onInterface("org.freedesktop.DBus").withArguments(std::string{"org.bluez"}).storeResultsTo(up);
+      dbus->callMethod("NameHasOwner")
+          .onInterface("org.freedesktop.DBus")
+          .withArguments(std::string{"org.bluez"})
+          .storeResultsTo(up);
       if (!up) std::this_thread::sleep_for(std::chrono::milliseconds{10});
     }
     ASSERT_TRUE(up) << "the BlueZ emulation did not take org.bluez";
@@ -127,7 +135,8 @@ class ble_env : public ::testing::Test {
   virtual void extra_teardown() {}
 
   /// Turns the reactor until `done()` or `limit` passes; true if done.
-  bool run_until(const std::function<bool()>& done, std::chrono::milliseconds limit = std::chrono::seconds{10}) {
+  bool run_until(const std::function<bool()>& done,
+                 std::chrono::milliseconds limit = std::chrono::seconds{10}) {
     const auto end = std::chrono::steady_clock::now() + limit;
     while (!done()) {
       if (std::chrono::steady_clock::now() > end) return false;
@@ -145,12 +154,16 @@ class ble_env : public ::testing::Test {
   /// A synchronous call to org.bluez.Mock (the test side may block).
   template <class... Args>
   void mock(const char* method, Args&&... args) {
-    mock_proxy_->callMethod(method).onInterface("org.bluez.Mock").withArguments(std::forward<Args>(args)...);
+    mock_proxy_->callMethod(method)
+        .onInterface("org.bluez.Mock")
+        .withArguments(std::forward<Args>(args)...);
   }
   std::vector<std::vector<std::uint8_t>> written(const std::string& char_path) {
     std::vector<std::vector<std::uint8_t>> out;
-    mock_proxy_->callMethod("GetWrittenValues").onInterface("org.bluez.Mock")
-        .withArguments(sdbus::ObjectPath{char_path}).storeResultsTo(out);
+    mock_proxy_->callMethod("GetWrittenValues")
+        .onInterface("org.bluez.Mock")
+        .withArguments(sdbus::ObjectPath{char_path})
+        .storeResultsTo(out);
     return out;
   }
 

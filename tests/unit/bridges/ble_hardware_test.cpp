@@ -18,7 +18,8 @@ bool has_adapter() {
 }
 
 TEST(ble_hardware, adapter_is_listed_and_discovery_starts_and_stops) {
-  if (!has_adapter()) GTEST_SKIP() << "no Bluetooth adapter (/sys/class/bluetooth is empty or absent)";
+  if (!has_adapter())
+    GTEST_SKIP() << "no Bluetooth adapter (/sys/class/bluetooth is empty or absent)";
   io::reactor_config rc;
   rc.own_thread = false;
   io::reactor reactor{rc};

@@ -79,8 +79,10 @@ TEST_F(ble_peripheral, link_loss_reconnects_resubscribes_and_reports_the_outage)
   start(known_addr);
   std::vector<std::uint8_t> got;
   std::optional<ble_result<void>> sub;
-  dev_->subscribe(battery_level, [&](std::span<const std::uint8_t> v) { got.insert(got.end(), v.begin(), v.end()); },
-                  [&](auto r) { sub = std::move(r); });
+  dev_->subscribe(
+      battery_level,
+      [&](std::span<const std::uint8_t> v) { got.insert(got.end(), v.begin(), v.end()); },
+      [&](auto r) { sub = std::move(r); });
   ASSERT_TRUE(run_until([&] { return sub.has_value(); }));
   ASSERT_TRUE(*sub);
   const auto level = dev_->device_path() + "/service0010/char0011";
@@ -106,8 +108,10 @@ TEST_F(ble_peripheral, link_loss_reconnects_resubscribes_and_reports_the_outage)
   bool delivered = false;
   ASSERT_TRUE(run_until([&] {
     sdbus::ObjectPath p{level};
-    mock_proxy_->callMethod("EmitNotification").onInterface("org.bluez.Mock")
-        .withArguments(p, std::vector<std::uint8_t>{51}).storeResultsTo(delivered);
+    mock_proxy_->callMethod("EmitNotification")
+        .onInterface("org.bluez.Mock")
+        .withArguments(p, std::vector<std::uint8_t>{51})
+        .storeResultsTo(delivered);
     run_for(10ms);
     return delivered;
   }));
@@ -163,12 +167,18 @@ TEST_F(ble_peripheral, request_fails_with_link_lost_when_the_link_stays_down) {
 TEST_F(ble_peripheral, pairs_when_a_characteristic_requires_it) {
   const std::string addr = "C0:FF:EE:00:00:03";
   sdbus::ObjectPath dev, svc, ch;
-  mock_proxy_->callMethod("AddAdvertisingDevice").onInterface("org.bluez.Mock")
-      .withArguments(std::string{"hci0"}, addr, std::string{"Locked"}, std::vector<std::string>{}, std::int16_t{-60})
+  mock_proxy_->callMethod("AddAdvertisingDevice")
+      .onInterface("org.bluez.Mock")
+      .withArguments(std::string{"hci0"}, addr, std::string{"Locked"}, std::vector<std::string>{},
+                     std::int16_t{-60})
       .storeResultsTo(dev);
-  mock_proxy_->callMethod("AddGattService").onInterface("org.bluez.Mock")
-      .withArguments(dev, std::uint16_t{0x20}, std::string{"0000fff0-0000-1000-8000-00805f9b34fb"}, true).storeResultsTo(svc);
-  mock_proxy_->callMethod("AddGattCharacteristic").onInterface("org.bluez.Mock")
+  mock_proxy_->callMethod("AddGattService")
+      .onInterface("org.bluez.Mock")
+      .withArguments(dev, std::uint16_t{0x20}, std::string{"0000fff0-0000-1000-8000-00805f9b34fb"},
+                     true)
+      .storeResultsTo(svc);
+  mock_proxy_->callMethod("AddGattCharacteristic")
+      .onInterface("org.bluez.Mock")
       .withArguments(svc, std::uint16_t{0x21}, std::string{"0000fff1-0000-1000-8000-00805f9b34fb"},
                      std::vector<std::string>{"encrypt-read"}, std::vector<std::uint8_t>{7, 7})
       .storeResultsTo(ch);
@@ -197,8 +207,12 @@ TEST_F(ble_peripheral, nus_stream_fragments_to_the_payload_size_and_carries_seri
   int done = 0;
   for (int i = 0; i < 20; ++i) {
     std::vector<std::byte> payload(static_cast<std::size_t>(10 * i + 1));
-    for (std::size_t j = 0; j < payload.size(); ++j) payload[j] = std::byte(static_cast<unsigned>(i * 7 + j));
-    stream_->send_frame(payload, [&](auto r) { EXPECT_TRUE(r); ++done; });
+    for (std::size_t j = 0; j < payload.size(); ++j)
+      payload[j] = std::byte(static_cast<unsigned>(i * 7 + j));
+    stream_->send_frame(payload, [&](auto r) {
+      EXPECT_TRUE(r);
+      ++done;
+    });
     sent.push_back(std::move(payload));
   }
   ASSERT_TRUE(run_until([&] { return done == 20 && frames.size() == 20; }));

@@ -43,15 +43,22 @@ using ble_reliable = ble_env;
 TEST_F(ble_reliable, thousand_messages_over_lossy_notifications_arrive_once_in_order) {
   // A second NUS-like pair on the board, echoing too: one direction per pair.
   sdbus::ObjectPath svc, r2, t2;
-  mock_proxy_->callMethod("AddGattService").onInterface("org.bluez.Mock")
-      .withArguments(sdbus::ObjectPath{nus_dev}, std::uint16_t{0x30}, std::string{"0000ffe0-0000-1000-8000-00805f9b34fb"}, true)
+  mock_proxy_->callMethod("AddGattService")
+      .onInterface("org.bluez.Mock")
+      .withArguments(sdbus::ObjectPath{nus_dev}, std::uint16_t{0x30},
+                     std::string{"0000ffe0-0000-1000-8000-00805f9b34fb"}, true)
       .storeResultsTo(svc);
-  mock_proxy_->callMethod("AddGattCharacteristic").onInterface("org.bluez.Mock")
-      .withArguments(svc, std::uint16_t{0x31}, std::string{rx2}, std::vector<std::string>{"write-without-response"},
-                     std::vector<std::uint8_t>{}).storeResultsTo(r2);
-  mock_proxy_->callMethod("AddGattCharacteristic").onInterface("org.bluez.Mock")
+  mock_proxy_->callMethod("AddGattCharacteristic")
+      .onInterface("org.bluez.Mock")
+      .withArguments(svc, std::uint16_t{0x31}, std::string{rx2},
+                     std::vector<std::string>{"write-without-response"},
+                     std::vector<std::uint8_t>{})
+      .storeResultsTo(r2);
+  mock_proxy_->callMethod("AddGattCharacteristic")
+      .onInterface("org.bluez.Mock")
       .withArguments(svc, std::uint16_t{0x33}, std::string{tx2}, std::vector<std::string>{"notify"},
-                     std::vector<std::uint8_t>{}).storeResultsTo(t2);
+                     std::vector<std::uint8_t>{})
+      .storeResultsTo(t2);
   mock("SetLoopback", r2, t2);
   mock("SetMtu", std::uint16_t{23});  // frames of 9 bytes and acks fit; larger ones fragment
   mock("DropNotifications", sdbus::ObjectPath{std::string{nus_dev} + "/service000a/char000d"}, 23u);
@@ -75,11 +82,21 @@ TEST_F(ble_reliable, thousand_messages_over_lossy_notifications_arrive_once_in_o
   b.out = &b_out;  // B -> RX2 -> TX2 -> A
   a.channel = &ca;
   b.channel = &cb;
-  a_out.on_frame([&](std::span<const std::byte> f) { cb.on_link_payload(f, std::chrono::steady_clock::now()); });
-  b_out.on_frame([&](std::span<const std::byte> f) { ca.on_link_payload(f, std::chrono::steady_clock::now()); });
+  a_out.on_frame([&](std::span<const std::byte> f) {
+    cb.on_link_payload(f, std::chrono::steady_clock::now());
+  });
+  b_out.on_frame([&](std::span<const std::byte> f) {
+    ca.on_link_payload(f, std::chrono::steady_clock::now());
+  });
   int opened = 0;
-  a_out.open([&](auto r) { ASSERT_TRUE(r); ++opened; });
-  b_out.open([&](auto r) { ASSERT_TRUE(r); ++opened; });
+  a_out.open([&](auto r) {
+    ASSERT_TRUE(r);
+    ++opened;
+  });
+  b_out.open([&](auto r) {
+    ASSERT_TRUE(r);
+    ++opened;
+  });
   ASSERT_TRUE(run_until([&] { return opened == 2; }));
 
   const auto now = [] { return std::chrono::steady_clock::now(); };
@@ -87,17 +104,19 @@ TEST_F(ble_reliable, thousand_messages_over_lossy_notifications_arrive_once_in_o
   cb.start(2, now());
   constexpr std::uint32_t total = 1000;
   std::uint32_t next = 0;
-  const bool done = run_until([&] {
-    while (next < total && ca.send_room() > 0) {
-      std::byte m[4];
-      std::memcpy(m, &next, 4);
-      if (!ca.send(m, now())) break;
-      ++next;
-    }
-    ca.poll(now());
-    cb.poll(now());
-    return b.delivered.size() == total;
-  }, 120s);
+  const bool done = run_until(
+      [&] {
+        while (next < total && ca.send_room() > 0) {
+          std::byte m[4];
+          std::memcpy(m, &next, 4);
+          if (!ca.send(m, now())) break;
+          ++next;
+        }
+        ca.poll(now());
+        cb.poll(now());
+        return b.delivered.size() == total;
+      },
+      120s);
   ASSERT_TRUE(done) << "delivered " << b.delivered.size() << " of " << total;
   for (std::uint32_t i = 0; i < total; ++i) ASSERT_EQ(b.delivered[i], i);
   EXPECT_GT(ca.stats().retransmitted_frames, 0u) << "drops were injected: something must be resent";
