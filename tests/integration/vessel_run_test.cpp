@@ -224,6 +224,31 @@ TEST_F(vessel_run_test, sigint_stops_every_rank_and_what_they_started) {
   }
 }
 
+TEST_F(vessel_run_test, ranks_die_with_a_launcher_that_is_sigkilled) {
+  // No teardown runs here: PR_SET_PDEATHSIG is what stops the ranks.
+  std::string pids = (dir_ / "pids").string();
+  fs::create_directory(pids);
+  pid_t launcher =
+      start({"-n", "2", "sh", "-c", "echo $$ > " + pids + "/rank$VESSEL_RANK; exec sleep 60"});
+  std::vector<pid_t> all;
+  for (int waited = 0; waited < 1000 && all.size() < 2; ++waited) {
+    all.clear();
+    for (auto& e : fs::directory_iterator{pids}) {
+      auto text = slurp(e.path());
+      if (!text.empty() && text.back() == '\n') all.push_back(std::stoi(text));
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(all.size(), 2u) << "the ranks did not start";
+  ::kill(launcher, SIGKILL);
+  EXPECT_EQ(finish(launcher).status, 128 + SIGKILL);
+  for (pid_t pid : all) {
+    bool gone = false;
+    for (int i = 0; i < 500 && !(gone = process_gone(pid)); ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_TRUE(gone) << "rank process " << pid << " outlived a SIGKILLed vessel-run";
+  }
+}
+
 TEST_F(vessel_run_test, restart_bumps_the_incarnation_and_gives_up_after_n) {
   auto o = run({"-n", "2", "--restart", "2", "sh", "-c",
                 "if [ $VESSEL_RANK = 1 ]; then exec sleep 60; fi; "
