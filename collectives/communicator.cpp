@@ -109,7 +109,10 @@ communicator::communicator(actors::runtime& rt, communicator_options options)
     : rt_(&rt), options_(options) {}
 
 communicator::~communicator() {
-  while (!active_.empty()) (void)wait_for(*active_.front());
+  const auto pending = active_;
+  for (const auto& s : pending) {
+    if (!s->finished) (void)wait_for(*s);
+  }
 }
 
 result<std::unique_ptr<communicator>> communicator::create(actors::runtime& rt,
@@ -190,8 +193,8 @@ collective_request communicator::start(collective_op op, algorithm_params params
       for (std::size_t i = 0; i < st.receive_slots; ++i) post_receive(st, i);
     }
   }
-  active_.push_back(s);
   (void)advance(st);
+  if (!st.finished) active_.push_back(s);
   return {this, std::move(s)};
 }
 
