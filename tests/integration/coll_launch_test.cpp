@@ -46,4 +46,18 @@ TEST(CollectivesOverRanks, FiveRanksDefaultAlgorithms) {
   run_matrix(5, "quick");
 }
 
+TEST(CollectivesOverRanks, MissingRankTimesOutNamingIt) {
+  launch_spec spec;
+  spec.program = COLL_RANKS_PATH;
+  spec.args = {"timeout"};
+  spec.ranks = 2;
+  spec.timeout = std::chrono::seconds{60};
+  const launch_result r = launch_ranks(spec);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_codes[0], 0) << r.outputs[0];
+  EXPECT_EQ(r.exit_codes[1], 0) << r.outputs[1];
+  EXPECT_NE(r.outputs[0].find("allreduce #0"), std::string::npos) << r.outputs[0];
+  EXPECT_NE(r.outputs[0].find("waiting for rank(s) [1]"), std::string::npos) << r.outputs[0];
+}
+
 }  // namespace

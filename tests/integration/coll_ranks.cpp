@@ -6,6 +6,7 @@
 //   coll_ranks full    every algorithm, int32/float32/float64/bfloat16, 0/1/7/1000 elements, 1<<20
 //                      for int32 and float32 on the big four (allreduce, broadcast, allgather,
 //                      reduce_scatter)
+//   coll_ranks timeout rank 0 runs an allreduce that rank 1 never joins: errc::timed_out
 //   coll_ranks quick   the default algorithm per op, int32 and float32, 0/7/1000 and 1<<18
 //
 // Values: integers are small (exact sums in every order); floats are non-integers checked
@@ -21,6 +22,7 @@
 
 #include "actors/comm.hpp"
 #include "collectives/communicator.hpp"
+#include "collectives/errc.hpp"
 #include "collectives/selection.hpp"
 
 namespace {
@@ -266,6 +268,23 @@ int main(int argc, char** argv) {
       return 1;
     }
     communicator& c = *made.value();
+    if (mode == "timeout") {  // rank 1 never joins: rank 0's allreduce must fail, typed
+      if (c.rank() == 0) {
+        bytes in = make(dtype::int32, 0, 0, 100), out(in.size());
+        call_options o;
+        o.timeout = std::chrono::milliseconds{300};
+        auto r = c.allreduce(in, out, dtype::int32, reduce_op::sum, o);
+        if (r || r.error() !=
+                     vessel::collectives::make_error_code(vessel::collectives::errc::timed_out)) {
+          std::printf("FAIL rank 0 timeout: %s\n", r ? "succeeded" : r.error().message().c_str());
+          return 1;
+        }
+      }
+      made.value().reset();
+      world.finalize();
+      std::printf("OK rank %u coll timeout\n", world.rank());
+      return 0;
+    }
     checker ck{c.rank(), 0, 0, {}};
     const bool full = mode == "full";
     const std::vector<dtype> types =
