@@ -228,8 +228,10 @@ TEST_F(vessel_run_test, ranks_die_with_a_launcher_that_is_sigkilled) {
   // No teardown runs here: PR_SET_PDEATHSIG is what stops the ranks.
   std::string pids = (dir_ / "pids").string();
   fs::create_directory(pids);
+  // TMPDIR: the token directory a killed launcher cannot remove goes with dir_.
   pid_t launcher =
-      start({"-n", "2", "sh", "-c", "echo $$ > " + pids + "/rank$VESSEL_RANK; exec sleep 60"});
+      start({"-n", "2", "sh", "-c", "echo $$ > " + pids + "/rank$VESSEL_RANK; exec sleep 60"},
+            {{"TMPDIR", dir_.string()}});
   std::vector<pid_t> all;
   for (int waited = 0; waited < 1000 && all.size() < 2; ++waited) {
     all.clear();
