@@ -156,10 +156,12 @@ mesh::impl::impl(mesh& m, io::reactor& r, const mesh_config& c, mesh_observer& o
 
 void mesh::impl::publish(std::uint32_t peer, peer_state s, std::error_code why) {
   {
+    // Notified under the lock: a waiter that sees the change may go on to destroy the mesh (and
+    // this condition variable) as soon as it holds the mutex.
     std::lock_guard lock{mutex};
     published_states[peer] = s;
+    cv.notify_all();
   }
-  cv.notify_all();
   observer.on_peer_state(peer, s, why);
 }
 
@@ -253,10 +255,10 @@ void mesh::impl::check_closed() {
   for (const auto& l : links) {
     if (l && !l->idle()) return;
   }
-  {
-    std::lock_guard lock{mutex};
-    closed_done = true;
-  }
+  // Notified under the lock: close() returns, and the mesh may be destroyed, once it sees
+  // closed_done; a notify after unlocking could touch a destroyed condition variable.
+  std::lock_guard lock{mutex};
+  closed_done = true;
   cv.notify_all();
 }
 
