@@ -255,6 +255,9 @@ void mesh::impl::check_closed() {
   for (const auto& l : links) {
     if (l && !l->idle()) return;
   }
+  for (const bool dialing : shm_dialing) {
+    if (dialing) return;  // its thread's result is still to be posted here
+  }
   // Notified under the lock: close() returns, and the mesh may be destroyed, once it sees
   // closed_done; a notify after unlocking could touch a destroyed condition variable.
   std::lock_guard lock{mutex};
@@ -494,10 +497,15 @@ void mesh::close() {
   }
   std::unique_lock lock{m.mutex};
   if (!running) m.closed_done = true;  // a stopped reactor has cancelled everything already
-  while (!m.closed_done) {
+  // At least one round trip through the reactor after the joins, even if closed_done is already
+  // set: the threads may have posted work that touches this mesh, and the reactor runs posted
+  // work in order, so once ours has run, theirs has too.
+  bool drained = !running;
+  while (!drained || !m.closed_done) {
     lock.unlock();
     const bool alive = run_on(reactor_, [&m] { m.check_closed(); });
     lock.lock();
+    drained = true;
     if (!alive) m.closed_done = true;
     if (!m.closed_done) m.cv.wait_for(lock, 20ms);
   }
