@@ -362,39 +362,29 @@ auto runtime::on_reactor(F&& fn) -> decltype(fn()) {
 
 // -- submission (any thread) ---------------------------------------------------------------------
 
-void runtime::submit(p2p_request& r) noexcept {
+bool runtime::enqueue(p2p_request& r, bool cancel) noexcept {
   bool wake = false;
   {
     std::lock_guard lock{queue_mutex_};
-    incoming_.push_back({&r, false});
+    incoming_.push_back({&r, cancel});
     if (!flush_posted_) flush_posted_ = wake = true;
   }
-  if (wake && !reactor_->post(io::work_item{&runtime::flush_thunk, this})) {
-    // The reactor is gone: nothing will run this request.
-    std::lock_guard lock{queue_mutex_};
-    for (queued& q : incoming_) {
-      if (!q.cancel && !q.request->done()) q.request->complete(comm_errc::shutting_down);
-    }
-    incoming_.clear();
-    flush_posted_ = false;
+  if (!wake || reactor_->post(io::work_item{&runtime::flush_thunk, this})) return true;
+  // The reactor is gone: nothing will run what is queued.
+  std::lock_guard lock{queue_mutex_};
+  for (queued& q : incoming_) {
+    if (!q.cancel && !q.request->done()) q.request->complete(comm_errc::shutting_down);
   }
+  incoming_.clear();
+  flush_posted_ = false;
+  return false;
 }
+
+void runtime::submit(p2p_request& r) noexcept { enqueue(r, false); }
 
 void runtime::cancel(p2p_request& r) noexcept {
   r.cancel_seen_.store(0, std::memory_order_relaxed);
-  bool wake = false;
-  {
-    std::lock_guard lock{queue_mutex_};
-    incoming_.push_back({&r, true});
-    if (!flush_posted_) flush_posted_ = wake = true;
-  }
-  if (wake && !reactor_->post(io::work_item{&runtime::flush_thunk, this})) {
-    std::lock_guard lock{queue_mutex_};
-    for (queued& q : incoming_) {
-      if (!q.cancel && !q.request->done()) q.request->complete(comm_errc::shutting_down);
-    }
-    incoming_.clear();
-    flush_posted_ = false;
+  if (!enqueue(r, true)) {
     if (!r.done()) r.complete(comm_errc::shutting_down);
     return;
   }

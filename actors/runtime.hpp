@@ -184,6 +184,9 @@ class runtime : private mesh_observer, private credit_sink {
   void release(std::uint32_t source, std::size_t bytes) override;
   void on_backpressure(bool over_bound) override;
 
+  /// Queues `r` for the reactor, posting one flush per batch. False when the reactor is gone: the
+  /// queued requests (not cancels) were completed with comm_errc::shutting_down.
+  bool enqueue(p2p_request& r, bool cancel) noexcept;
   static void flush_thunk(void* self) noexcept;
   void flush() noexcept;
   void start_send(p2p_request& r);
