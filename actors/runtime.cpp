@@ -380,7 +380,9 @@ bool runtime::enqueue(p2p_request& r, bool cancel) noexcept {
   return false;
 }
 
-void runtime::submit(p2p_request& r) noexcept { enqueue(r, false); }
+void runtime::submit(p2p_request& r) noexcept {
+  enqueue(r, false);
+}
 
 void runtime::cancel(p2p_request& r) noexcept {
   r.cancel_seen_.store(0, std::memory_order_relaxed);
