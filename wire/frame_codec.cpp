@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include "wire/errc.hpp"
 #include "wire/frame.capnp.h"
@@ -24,6 +27,139 @@ std::uint32_t load_le32(const std::byte* p) noexcept {
 
 void store_le32(std::byte* p, std::uint32_t v) noexcept {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+
+std::uint64_t load_le64(const std::byte* p) noexcept {
+  return std::uint64_t{load_le32(p)} | std::uint64_t{load_le32(p + 4)} << 32;
+}
+
+void store_le64(std::byte* p, std::uint64_t v) noexcept {
+  store_le32(p, static_cast<std::uint32_t>(v));
+  store_le32(p + 4, static_cast<std::uint32_t>(v >> 32));
+}
+
+// ---- data frames without Cap'n Proto's builder and reader ----
+//
+// Data frames carry every message, and on a small message the generic builder and reader cost
+// more user time than the rest of a TCP hop's user space together (perf, vessel-bench transport
+// tcp 8 B). For them the encoder writes the bytes MallocMessageBuilder lays out for one segment,
+// and the decoder reads that layout after the bounds checks Cap'n Proto makes itself; anything
+// else (another kind, other section sizes, far or out-of-bounds pointers, a multi-segment
+// message) goes to the generic reader, so what is accepted and what is refused does not change.
+// frame_codec_test checks both directions against Cap'n Proto byte for byte and on mutated input.
+// Field offsets (bytes into a struct's data section) are those of the generated frame.capnp.h.
+
+constexpr std::size_t frame_data_words = schema::Frame::_capnpPrivate::dataWordSize;
+constexpr std::size_t frame_pointers = schema::Frame::_capnpPrivate::pointerCount;
+constexpr std::size_t data_header_words = schema::DataHeader::_capnpPrivate::dataWordSize;
+static_assert(frame_data_words == 3 && frame_pointers == 1 && data_header_words == 6 &&
+                  schema::DataHeader::_capnpPrivate::pointerCount == 0,
+              "frame.capnp changed: update the data-frame fast path's offsets");
+// root pointer, Frame (data + pointers), DataHeader
+constexpr std::size_t data_segment_words = 1 + frame_data_words + frame_pointers + data_header_words;
+
+namespace frame_at {  // Frame's data section
+constexpr std::size_t version = 0, has_crc32c = 2, payload_len = 4, seq = 8, crc32c = 16, which = 20;
+}  // namespace frame_at
+namespace data_at {  // DataHeader's data section
+constexpr std::size_t src = 0, dst = 4, tag = 8, message_id = 16, fragment_index = 24,
+                      fragment_count = 28, total_len = 32, fragment_offset = 40;
+}  // namespace data_at
+
+constexpr std::uint64_t struct_pointer(std::size_t data_words, std::size_t pointers) noexcept {
+  return std::uint64_t{data_words} << 32 | std::uint64_t{pointers} << 48;  // offset 0, kind struct
+}
+
+// Writes the one segment of a data frame's header (data_segment_words words) at `seg`.
+void write_data_segment(const frame_header& h, const data_fields& d, std::byte* seg) noexcept {
+  std::memset(seg, 0, data_segment_words * 8);
+  store_le64(seg, struct_pointer(frame_data_words, frame_pointers));
+  std::byte* f = seg + 8;
+  f[frame_at::version] = static_cast<std::byte>(h.version);
+  f[frame_at::version + 1] = static_cast<std::byte>(h.version >> 8);
+  store_le32(f + frame_at::payload_len, h.payload_len);
+  store_le64(f + frame_at::seq, h.seq);
+  if (h.crc32c) {
+    f[frame_at::has_crc32c] = std::byte{1};
+    store_le32(f + frame_at::crc32c, *h.crc32c);
+  }
+  f[frame_at::which] = static_cast<std::byte>(schema::Frame::DATA);
+  std::byte* ptr = f + frame_data_words * 8;  // Frame's only pointer, straight before its target
+  store_le64(ptr, struct_pointer(data_header_words, 0));
+  std::byte* b = ptr + 8;
+  store_le32(b + data_at::src, d.src);
+  store_le32(b + data_at::dst, d.dst);
+  store_le64(b + data_at::tag, d.tag);
+  store_le64(b + data_at::message_id, d.message_id);
+  store_le32(b + data_at::fragment_index, d.fragment_index);
+  store_le32(b + data_at::fragment_count, d.fragment_count);
+  store_le64(b + data_at::total_len, d.total_len);
+  store_le64(b + data_at::fragment_offset, d.fragment_offset);
+}
+
+// A struct as a pointer at segment word `at` locates it: its first word and section sizes.
+struct struct_span {
+  std::size_t begin = 0;
+  std::size_t data_words = 0;
+  std::size_t pointers = 0;
+};
+
+// The struct `seg[at]` points to, when it is a plain struct pointer whose target lies inside the
+// segment; nullopt for anything the generic reader must judge (null, list, far, other, outside).
+std::optional<struct_span> struct_at(const std::byte* seg, std::size_t seg_words,
+                                     std::size_t at) noexcept {
+  const std::uint64_t p = load_le64(seg + at * 8);
+  if (p == 0 || (p & 3) != 0) return std::nullopt;
+  const std::int64_t offset = static_cast<std::int32_t>(static_cast<std::uint32_t>(p)) >> 2;
+  const std::int64_t begin = static_cast<std::int64_t>(at) + 1 + offset;
+  struct_span s{0, (p >> 32) & 0xffff, p >> 48};
+  if (begin < 0 || static_cast<std::uint64_t>(begin) + s.data_words + s.pointers > seg_words) {
+    return std::nullopt;
+  }
+  s.begin = static_cast<std::size_t>(begin);
+  return s;
+}
+
+// A field of `size` bytes at byte `at` of a struct's data section: 0 (the schema default) where
+// the section is shorter, as Cap'n Proto reads a struct written by an older schema.
+std::uint64_t field(const std::byte* seg, const struct_span& s, std::size_t at,
+                    std::size_t size) noexcept {
+  if (at + size > s.data_words * 8) return 0;
+  const std::byte* p = seg + s.begin * 8 + at;
+  switch (size) {
+    case 1: return std::to_integer<std::uint64_t>(p[0]);
+    case 2: return std::to_integer<std::uint64_t>(p[0]) | std::to_integer<std::uint64_t>(p[1]) << 8;
+    case 4: return load_le32(p);
+    default: return load_le64(p);
+  }
+}
+
+// The fields of a one-segment data frame; false: not that shape, ask the generic reader.
+bool read_data_segment(const std::byte* seg, std::size_t seg_words, frame_header& h,
+                       data_fields& d) noexcept {
+  if (seg_words == 0) return false;
+  const auto frame = struct_at(seg, seg_words, 0);
+  if (!frame || field(seg, *frame, frame_at::which, 2) != schema::Frame::DATA ||
+      frame->pointers == 0) {
+    return false;
+  }
+  const auto body = struct_at(seg, seg_words, frame->begin + frame->data_words);
+  if (!body || body->data_words == 0) return false;
+  h.version = static_cast<std::uint16_t>(field(seg, *frame, frame_at::version, 2));
+  h.seq = field(seg, *frame, frame_at::seq, 8);
+  h.payload_len = static_cast<std::uint32_t>(field(seg, *frame, frame_at::payload_len, 4));
+  if ((field(seg, *frame, frame_at::has_crc32c, 1) & 1) != 0) {
+    h.crc32c = static_cast<std::uint32_t>(field(seg, *frame, frame_at::crc32c, 4));
+  }
+  d.src = static_cast<std::uint32_t>(field(seg, *body, data_at::src, 4));
+  d.dst = static_cast<std::uint32_t>(field(seg, *body, data_at::dst, 4));
+  d.tag = field(seg, *body, data_at::tag, 8);
+  d.message_id = field(seg, *body, data_at::message_id, 8);
+  d.fragment_index = static_cast<std::uint32_t>(field(seg, *body, data_at::fragment_index, 4));
+  d.fragment_count = static_cast<std::uint32_t>(field(seg, *body, data_at::fragment_count, 4));
+  d.total_len = field(seg, *body, data_at::total_len, 8);
+  d.fragment_offset = field(seg, *body, data_at::fragment_offset, 8);
+  return true;
 }
 
 // Hard cap on segments, so that the reader's segment list lives on the stack. vessel writes one
@@ -107,6 +243,19 @@ result<std::optional<nonce>> read_nonce(capnp::Data::Reader d) noexcept {
   return std::optional<nonce>{n};
 }
 
+result<data_fields> check_data(const data_fields& d, std::uint32_t payload_len,
+                               const decoder_limits& limits) noexcept {
+  // A message always has at least one fragment; 0 is a field out of range, not a count to check.
+  if (d.fragment_count == 0) return errc::bad_field;
+  if (d.fragment_count > limits.max_fragments) return errc::too_many_fragments;
+  if (d.fragment_index >= d.fragment_count) return errc::fragment_out_of_range;
+  // Written as a subtraction so that a hostile offset near 2^64 cannot wrap around.
+  if (d.fragment_offset > d.total_len || d.total_len - d.fragment_offset < payload_len) {
+    return errc::fragment_out_of_range;
+  }
+  return d;
+}
+
 result<data_fields> read_data(schema::DataHeader::Reader r, std::uint32_t payload_len,
                               const decoder_limits& limits) noexcept {
   data_fields d;
@@ -118,15 +267,7 @@ result<data_fields> read_data(schema::DataHeader::Reader r, std::uint32_t payloa
   d.fragment_count = r.getFragmentCount();
   d.total_len = r.getTotalLen();
   d.fragment_offset = r.getFragmentOffset();
-  // A message always has at least one fragment; 0 is a field out of range, not a count to check.
-  if (d.fragment_count == 0) return errc::bad_field;
-  if (d.fragment_count > limits.max_fragments) return errc::too_many_fragments;
-  if (d.fragment_index >= d.fragment_count) return errc::fragment_out_of_range;
-  // Written as a subtraction so that a hostile offset near 2^64 cannot wrap around.
-  if (d.fragment_offset > d.total_len || d.total_len - d.fragment_offset < payload_len) {
-    return errc::fragment_out_of_range;
-  }
-  return d;
+  return check_data(d, payload_len, limits);
 }
 
 result<frame_header> read_frame(schema::Frame::Reader f, const decoder_limits& limits) {
@@ -197,61 +338,19 @@ result<frame_header> read_message(kj::ArrayPtr<const kj::ArrayPtr<const capnp::w
   }
 }
 
-}  // namespace
-
-result<std::array<iovec, 2>> frame_encoder::encode(const frame_header& header,
-                                                   std::span<const std::byte> payload) noexcept {
-  out_len_ = 0;
-  if (payload.size() != header.payload_len) return errc::bad_field;
-  if (header.body.valueless_by_exception()) return errc::bad_field;
-  try {
-    // Built in the zeroed scratch segment, then copied (at most 256 bytes) so that the output
-    // outlives the builder, whose destructor zeroes the scratch again.
-    std::size_t words = 0;
-    {
-      capnp::MallocMessageBuilder builder(
-          kj::arrayPtr(reinterpret_cast<capnp::word*>(segment_.data()), segment_.size()),
-          capnp::AllocationStrategy::FIXED_SIZE);
-      fill(builder.initRoot<schema::Frame>(), header);
-      auto segments = builder.getSegmentsForOutput();
-      // Headers are bounded by their schema, so a second segment means segment_words is wrong.
-      if (segments.size() != 1) return errc::buffer_too_small;
-      words = segments[0].size();
-      std::memcpy(out_.data() + 16, segments[0].begin(), words * sizeof(capnp::word));
-    }
-    const std::size_t header_len = 8 + words * sizeof(capnp::word);
-    store_le32(out_.data() + 4, static_cast<std::uint32_t>(header_len));
-    store_le32(out_.data() + 8, 0);  // segment count - 1
-    store_le32(out_.data() + 12, static_cast<std::uint32_t>(words));
-    out_len_ = prefix_bytes + header_len;
-  } catch (const kj::Exception&) {
-    return errc::malformed_header;
-  }
-  std::array<iovec, 2> iov{};
-  iov[0].iov_base = out_.data() + 4;
-  iov[0].iov_len = out_len_;
-  // iovec has no const flavour; writev only reads the payload.
-  iov[1].iov_base = const_cast<std::byte*>(payload.data());
-  iov[1].iov_len = payload.size();
-  return iov;
+// What read_frame checks of a data frame, in the same order, for the fields read_data_segment
+// found.
+result<frame_header> finish_data(frame_header h, const data_fields& d,
+                                 const decoder_limits& limits) noexcept {
+  if (h.version > protocol_version) return errc::unsupported_version;
+  VESSEL_TRY(checked, check_data(d, h.payload_len, limits));
+  h.body = checked;
+  if (h.payload_len > limits.max_payload_bytes) return errc::payload_too_large;
+  return h;
 }
 
-std::span<const std::byte> frame_encoder::header_bytes() const noexcept {
-  return {out_.data() + 4, out_len_};
-}
-
-result<void> frame_encoder::encode_to(const frame_header& header,
-                                      std::span<const std::byte> payload,
-                                      std::vector<std::byte>& out) {
-  VESSEL_TRY(encode(header, payload));
-  auto bytes = header_bytes();
-  out.insert(out.end(), bytes.begin(), bytes.end());
-  out.insert(out.end(), payload.begin(), payload.end());
-  return outcome::success();
-}
-
-result<frame_header> decode_header(std::span<const std::byte> message,
-                                   const decoder_limits& limits) noexcept {
+result<frame_header> decode(std::span<const std::byte> message, const decoder_limits& limits,
+                            bool data_fast_path) noexcept {
   if (reinterpret_cast<std::uintptr_t>(message.data()) % alignof(capnp::word) != 0) {
     return errc::malformed_header;
   }
@@ -279,6 +378,13 @@ result<frame_header> decode_header(std::span<const std::byte> message,
   // One segment is the norm (vessel writes nothing else), so it skips the segment list, whose
   // default construction zeroes 1 KiB per header (perf: decode_header was the top symbol).
   if (count == 1) {
+    if (data_fast_path) {
+      frame_header h;
+      data_fields d;
+      if (read_data_segment(message.data() + table_words * 8, message_words - table_words, h, d)) {
+        return finish_data(h, d, limits);
+      }
+    }
     const kj::ArrayPtr<const capnp::word> only =
         kj::arrayPtr(words + table_words, message_words - table_words);
     return read_message(kj::arrayPtr(&only, 1), message_words, limits);
@@ -292,5 +398,97 @@ result<frame_header> decode_header(std::span<const std::byte> message,
   }
   return read_message(kj::arrayPtr(segments.data(), count), message_words, limits);
 }
+
+// The segment MallocMessageBuilder writes for `header`, copied to `out` (room for segment_words
+// words); returns its words. Throws kj::Exception where Cap'n Proto refuses.
+result<std::size_t> build_with_capnp(const frame_header& header, std::span<std::uint64_t> scratch,
+                                     std::byte* out) {
+  // Built in the zeroed scratch segment, then copied so that the output outlives the builder,
+  // whose destructor zeroes the scratch again.
+  capnp::MallocMessageBuilder builder(
+      kj::arrayPtr(reinterpret_cast<capnp::word*>(scratch.data()), scratch.size()),
+      capnp::AllocationStrategy::FIXED_SIZE);
+  fill(builder.initRoot<schema::Frame>(), header);
+  auto segments = builder.getSegmentsForOutput();
+  // Headers are bounded by their schema, so a second segment means the scratch is too small.
+  if (segments.size() != 1) return errc::buffer_too_small;
+  const std::size_t words = segments[0].size();
+  std::memcpy(out, segments[0].begin(), words * sizeof(capnp::word));
+  return words;
+}
+
+}  // namespace
+
+result<std::array<iovec, 2>> frame_encoder::encode(const frame_header& header,
+                                                   std::span<const std::byte> payload) noexcept {
+  out_len_ = 0;
+  if (payload.size() != header.payload_len) return errc::bad_field;
+  if (header.body.valueless_by_exception()) return errc::bad_field;
+  std::size_t words = 0;
+  if (const auto* data = std::get_if<data_fields>(&header.body)) {
+    write_data_segment(header, *data, out_.data() + 16);
+    words = data_segment_words;
+  } else {
+    try {
+      auto built = build_with_capnp(header, segment_, out_.data() + 16);
+      if (!built) return built.error();
+      words = built.value();
+    } catch (const kj::Exception&) {
+      return errc::malformed_header;
+    }
+  }
+  const std::size_t header_len = 8 + words * sizeof(capnp::word);
+  store_le32(out_.data() + 4, static_cast<std::uint32_t>(header_len));
+  store_le32(out_.data() + 8, 0);  // segment count - 1
+  store_le32(out_.data() + 12, static_cast<std::uint32_t>(words));
+  out_len_ = prefix_bytes + header_len;
+  std::array<iovec, 2> iov{};
+  iov[0].iov_base = out_.data() + 4;
+  iov[0].iov_len = out_len_;
+  // iovec has no const flavour; writev only reads the payload.
+  iov[1].iov_base = const_cast<std::byte*>(payload.data());
+  iov[1].iov_len = payload.size();
+  return iov;
+}
+
+std::span<const std::byte> frame_encoder::header_bytes() const noexcept {
+  return {out_.data() + 4, out_len_};
+}
+
+result<void> frame_encoder::encode_to(const frame_header& header,
+                                      std::span<const std::byte> payload,
+                                      std::vector<std::byte>& out) {
+  VESSEL_TRY(encode(header, payload));
+  auto bytes = header_bytes();
+  out.insert(out.end(), bytes.begin(), bytes.end());
+  out.insert(out.end(), payload.begin(), payload.end());
+  return outcome::success();
+}
+
+result<frame_header> decode_header(std::span<const std::byte> message,
+                                   const decoder_limits& limits) noexcept {
+  return decode(message, limits, true);
+}
+
+namespace detail {
+
+result<frame_header> decode_header_with_capnp(std::span<const std::byte> message,
+                                              const decoder_limits& limits) noexcept {
+  return decode(message, limits, false);
+}
+
+std::vector<std::byte> encode_header_with_capnp(const frame_header& header) {
+  std::array<std::uint64_t, 32> scratch{};
+  std::array<std::byte, 32 * 8> segment{};
+  auto words = build_with_capnp(header, scratch, segment.data());
+  if (!words) return {};
+  std::vector<std::byte> out(8 + words.value() * 8);
+  store_le32(out.data(), 0);
+  store_le32(out.data() + 4, static_cast<std::uint32_t>(words.value()));
+  std::memcpy(out.data() + 8, segment.data(), words.value() * 8);
+  return out;
+}
+
+}  // namespace detail
 
 }  // namespace vessel::wire

@@ -37,7 +37,9 @@ struct decoder_limits {
 };
 
 /// Builds frames without heap allocation: the header is built in a fixed, zeroed segment owned by
-/// the encoder and serialized into the encoder's own bytes; the payload stays where it is.
+/// the encoder and serialized into the encoder's own bytes; the payload stays where it is. Data
+/// frames (every message) skip Cap'n Proto's builder: their bytes are written directly, identical
+/// to what it writes; decode_header() likewise reads them without its reader.
 class frame_encoder {
  public:
   frame_encoder() noexcept = default;
@@ -72,5 +74,14 @@ class frame_encoder {
 /// except the CRC, which is checked against the payload by the caller.
 result<frame_header> decode_header(std::span<const std::byte> message,
                                    const decoder_limits& limits) noexcept;
+
+namespace detail {
+/// The generic Cap'n Proto paths that encode() and decode_header() bypass for data frames; for
+/// tests that compare the two. decode_header() without the data-frame fast path:
+result<frame_header> decode_header_with_capnp(std::span<const std::byte> message,
+                                              const decoder_limits& limits) noexcept;
+/// The header message (segment table, one segment) MallocMessageBuilder writes; empty on failure.
+std::vector<std::byte> encode_header_with_capnp(const frame_header& header);
+}  // namespace detail
 
 }  // namespace vessel::wire
