@@ -294,6 +294,12 @@ detailed_result<void> runtime::boot(const env_view& env) {
   backlog_.resize(world_);
   sent_ids_.assign(world_, 0);
   down_.assign(world_, false);
+  peer_states_ = std::make_unique<std::atomic<std::uint8_t>[]>(world_);
+  peer_restarts_ = std::make_unique<std::atomic<std::uint64_t>[]>(world_);
+  for (std::uint32_t p = 0; p < world_; ++p) {
+    peer_states_[p].store(static_cast<std::uint8_t>(p == rank_ ? peer_state::up
+                                                                : peer_state::connecting));
+  }
   incoming_.reserve(1024);
   draining_.reserve(1024);
 
@@ -568,6 +574,10 @@ void runtime::on_message(inbound_message&& m) {
 }
 
 void runtime::on_peer_state(std::uint32_t peer, peer_state s, std::error_code why) {
+  if (peer < world_ && peer_states_) {
+    if (s == peer_state::restarted) peer_restarts_[peer].fetch_add(1, std::memory_order_relaxed);
+    peer_states_[peer].store(static_cast<std::uint8_t>(s), std::memory_order_release);
+  }
   if (s == peer_state::up || s == peer_state::connecting) {
     logger().debug("rank {}: link to rank {} {}", rank_, peer, to_string(s));
     if (peer < world_ && s == peer_state::up) down_[peer] = false;
@@ -624,6 +634,16 @@ matcher_stats runtime::matching_stats() {
 
 void runtime::drop_connection(std::uint32_t peer) {
   on_reactor([&] { mesh_->drop_connection(peer); });
+}
+
+peer_state runtime::peer_status(std::uint32_t peer) const noexcept {
+  if (peer >= world_ || !peer_states_) return peer_state::down;
+  return static_cast<peer_state>(peer_states_[peer].load(std::memory_order_acquire));
+}
+
+std::uint64_t runtime::peer_restarts(std::uint32_t peer) const noexcept {
+  if (peer >= world_ || !peer_restarts_) return 0;
+  return peer_restarts_[peer].load(std::memory_order_acquire);
 }
 
 }  // namespace vessel::actors

@@ -167,6 +167,12 @@ class runtime : private mesh_observer, private credit_sink {
   /// Fault injection for tests: closes the connection to `peer` as if the network cut it.
   void drop_connection(std::uint32_t peer);
 
+  /// Any thread. The last state the mesh reported for the link to `peer` (self: up), and how
+  /// many times it came back as a new incarnation: what the collectives poll to tell a dead
+  /// rank (down) or a restarted one from a link that only reconnects.
+  peer_state peer_status(std::uint32_t peer) const noexcept;
+  std::uint64_t peer_restarts(std::uint32_t peer) const noexcept;
+
  private:
   struct queued {
     p2p_request* request;
@@ -234,6 +240,10 @@ class runtime : private mesh_observer, private credit_sink {
   std::condition_variable block_cv_;
 
   std::atomic<bool> shut_down_{false};
+
+  // Per peer, written by the reactor in on_peer_state, read by any thread (peer_status()).
+  std::unique_ptr<std::atomic<std::uint8_t>[]> peer_states_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> peer_restarts_;
 };
 
 }  // namespace vessel::actors
