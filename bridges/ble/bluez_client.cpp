@@ -96,7 +96,12 @@ ble_result<std::unique_ptr<bluez_client>> bluez_client::open(io::reactor& reacto
   }
   if (c->adapter_.empty())
     return ble_error{errc::no_adapter, {}, {}, adapter.empty() ? "" : "asked for " + adapter};
-  c->pump_.pump();
+  // Opened off the reactor (a device actor's worker: the round trips above must not block the
+  // reactor), the first pump is posted; the ring is armed from its own thread only.
+  if (reactor.is_reactor_thread())
+    c->pump_.pump();
+  else
+    c->pump_.kick();
   return c;
 }
 

@@ -7,10 +7,13 @@ ServicesResolved=true after Connect, InterfacesRemoved before Connected=false on
 notifications as PropertiesChanged(Value) only while Notifying, org.bluez.Error.* names.
 
 Parameters (-p JSON): {"adapter": "hci0", "nus": "C0:FF:EE:00:00:01", "known": "C0:FF:EE:00:00:02",
-"resolve_delay_ms": 50, "mtu": 247}. "nus" stages an advertising Nordic UART board whose RX
+"resolve_delay_ms": 50, "mtu": 247, "board": "/path/to/board_helper"}. "nus" stages an advertising Nordic UART board whose RX
 (6e400002, write/write-without-response) echoes as notifications on TX (6e400003, read/notify);
 "known" exports a bonded, cached device with a battery service (0x180f, level 0x2a19: read/notify,
 and an encrypted characteristic 0x2a3d) that never advertises, as bluetoothd does for bonded devices.
+With "board", the NUS board does not echo: it runs the board library (bridges/uart/board) in the
+helper program named (tests/ble/board_helper.c): what the host writes to RX goes to the helper's
+stdin as UART bytes, what the helper writes to stdout is notified on TX, cut to ATT MTU - 3.
 
 Fidelity limits (what the bridge cannot rely on here): no radio, connection timing or real MTU
 exchange (MTU is what SetMtu says); no agent round trip for pairing (Pair sets Paired/Bonded);
@@ -19,6 +22,9 @@ discovery session for all clients and filters ignored except that discovery expo
 no InProgress for overlapping reads (replies are synchronous); every object also shows
 org.freedesktop.DBus.Mock.
 '''
+
+import os
+import subprocess
 
 import dbus
 import dbusmock
@@ -50,6 +56,7 @@ devices = {}        # device path -> dict(staged, connected, services=[svc path]
 services = {}       # service path -> dict(uuid, primary, device, chars=[char path])
 chars = {}          # char path -> dict(uuid, flags, value, notifying, written=[], service)
 loopback = {}       # rx char path -> tx char path
+boards = {}         # rx char path -> dict(proc, tx) of a board helper process
 settings = {'resolve_delay_ms': 50, 'mtu': 247}
 
 
@@ -93,7 +100,10 @@ def load(mock, parameters):
         svc = AddGattService(mock, dev, 0x000a, NUS_SERVICE, True)
         rx = AddGattCharacteristic(mock, svc, 0x000b, NUS_RX, ['write', 'write-without-response'], [])
         tx = AddGattCharacteristic(mock, svc, 0x000d, NUS_TX, ['read', 'notify'], list(b'hello'))
-        loopback[rx] = tx
+        if parameters.get('board'):
+            _start_board(rx, tx, [parameters['board']] + [str(a) for a in parameters.get('board_args', [])])
+        else:
+            loopback[rx] = tx
     if 'known' in parameters:
         dev = AddKnownDevice(mock, adapter, parameters['known'], 'MockSensor', [BATTERY_SERVICE])
         svc = AddGattService(mock, dev, 0x0010, BATTERY_SERVICE, True)
@@ -326,7 +336,14 @@ def WriteValue(ch, value, options):
         raise _err('Failed', 'Operation failed with ATT error: 0x0d')  # too long for one packet
     data = bytes(value)
     c['written'].append(data)
-    if ch.path in loopback:
+    every = c.get('drop_writes_every', 0)
+    if every:
+        c['writes'] = c.get('writes', 0) + 1
+        if c['writes'] % every == 0:
+            return  # acknowledged by the link, lost before the board's application saw it
+    if ch.path in boards:
+        os.write(boards[ch.path]['proc'].stdin.fileno(), data)
+    elif ch.path in loopback:
         _notify(loopback[ch.path], data)
     elif 'encrypt-write' in c['flags'] or 'write' in c['flags']:
         c['value'] = data
@@ -418,3 +435,30 @@ def SetMtu(self, mtu):
 @dbus.service.method(MOCK_IFACE, in_signature='o', out_signature='')
 def ForgetDevice(self, dev):
     RemoveDevice(None, dev)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='ou', out_signature='')
+def DropWrites(self, ch, every):
+    '''Loses every `every`-th write to a characteristic after answering it (0: none).'''
+    chars[str(ch)]['drop_writes_every'] = int(every)
+
+
+def _start_board(rx, tx, argv):
+    '''Runs the board helper behind rx/tx. Its stdout is watched on the GLib loop; each read is
+    notified on tx in pieces of the current payload size (a board's UART-to-BLE bridge).'''
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    boards[rx] = {'proc': proc, 'tx': tx}
+
+    def on_output(fd, condition):
+        try:
+            data = os.read(fd, 4096)
+        except OSError:
+            return False
+        if not data:
+            return False
+        step = max(settings['mtu'] - 3, 1)
+        for i in range(0, len(data), step):
+            _notify(tx, data[i:i + step])  # lost when nobody is subscribed or the link is down
+        return True
+
+    GLib.io_add_watch(proc.stdout.fileno(), GLib.PRIORITY_DEFAULT, GLib.IO_IN | GLib.IO_HUP, on_output)
