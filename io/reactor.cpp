@@ -213,13 +213,19 @@ void reactor::arm_wake() {
 
 std::size_t reactor::run_posted() {
   std::size_t ran = 0;
-  work_item item{};
-  // Bounded so that a flood of posts cannot starve completions; the rest keeps the reactor awake
-  // because the count in state_ stays ahead of consumed_.
-  while (ran < config_.post_capacity && queue_.pop(item)) {
-    ++consumed_;
-    ++ran;
-    item.fn(item.ctx);
+  // The count in state_ says whether anything was posted: one load of a word this thread keeps
+  // in cache, where an empty pop reads the queue's head, tail and node (cold after the context
+  // switch that precedes most turns). An item pushed but not yet counted waits for the next turn;
+  // its producer's fetch_add keeps the reactor from sleeping (see post()).
+  if (((state_.load(std::memory_order_acquire) >> 1) & count_mask) != (consumed_ & count_mask)) {
+    work_item item{};
+    // Bounded so that a flood of posts cannot starve completions; the rest keeps the reactor
+    // awake because the count in state_ stays ahead of consumed_.
+    while (ran < config_.post_capacity && queue_.pop(item)) {
+      ++consumed_;
+      ++ran;
+      item.fn(item.ctx);
+    }
   }
   if (!local_.empty()) {
     std::vector<work_item> batch;
@@ -253,7 +259,8 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
     batch.swap(refused_);
     for (auto* op : batch) op->complete(-ECANCELED, 0);
   }
-  if (!stopping_) timers_.run_due(clock::now());
+  // No clock read on a turn without timers (the usual hot loop of a link).
+  if (!stopping_ && timers_.size() != 0) timers_.run_due(clock::now());
   if (!stopping_ && stop_requested_.load(std::memory_order_acquire)) begin_stopping();
   if (stopping_) {
     if (in_flight_ == 0 && refused_.empty() && local_.empty()) {
@@ -265,6 +272,8 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
     }
     if (clock::now() - last_cancel_ >= cancel_retry) cancel_all();
     max_wait = std::min<std::chrono::nanoseconds>(max_wait, cancel_retry);
+  } else if (timers_.size() == 0) {
+    // nothing bounds the wait
   } else if (auto deadline = timers_.next_deadline()) {
     const auto until = *deadline - clock::now();
     max_wait = std::min<std::chrono::nanoseconds>(max_wait, std::max(until, clock::duration::zero()));

@@ -79,7 +79,16 @@ result<tcp_transport::entry*> tcp_transport::reserve(const wire::frame_header& h
     want_writable_ = true;
     return errc::send_queue_full;
   }
-  entry& e = ring_[(head_ + count_) % ring_.size()];
+  // An empty queue starts again at its first entry: a ping-pong then writes one hot entry instead
+  // of walking the whole ring (~800 KiB with the defaults), a cold cache line per message.
+  // Nothing refers to the entries: a send in flight keeps its frames counted until it completes.
+  if (count_ == 0) {
+    head_ = 0;
+    head_offset_ = 0;
+  }
+  std::size_t slot = head_ + count_;
+  if (slot >= ring_.size()) slot -= ring_.size();
+  entry& e = ring_[slot];
   std::memcpy(e.head, head.data(), head.size());
   if (copy_len > 0) std::memcpy(e.head + head.size(), payload.data(), copy_len);
   e.head_len = static_cast<std::uint32_t>(head.size() + copy_len);
@@ -114,8 +123,22 @@ void tcp_transport::flush_direct() {
     return;
   }
   if (send_op_.in_flight() || count_ == 0 || state_ != state::open) return;
-  build_iovecs();
-  const auto n = ::sendmsg(fd_, &msg_, MSG_NOSIGNAL | MSG_DONTWAIT);
+  const std::size_t bytes = build_iovecs();
+  ssize_t n = 0;
+  if (msg_.msg_iovlen == 1) {
+    n = ::send(fd_, iov_[0].iov_base, iov_[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  } else if (bytes <= gather_.size()) {
+    // A few small pieces (a header and a small payload): one contiguous send(2) costs less than
+    // the kernel's copy-in of a msghdr and its iovecs (perf: ____sys_sendmsg, import_iovec).
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < msg_.msg_iovlen; ++i) {
+      std::memcpy(gather_.data() + at, iov_[i].iov_base, iov_[i].iov_len);
+      at += iov_[i].iov_len;
+    }
+    n = ::send(fd_, gather_.data(), at, MSG_NOSIGNAL | MSG_DONTWAIT);
+  } else {
+    n = ::sendmsg(fd_, &msg_, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
   if (n > 0) {
     advance(static_cast<std::size_t>(n));
   } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -126,24 +149,30 @@ void tcp_transport::flush_direct() {
   flush();  // what the socket did not take, through the ring
 }
 
-void tcp_transport::build_iovecs() noexcept {
+std::size_t tcp_transport::build_iovecs() noexcept {
   // Everything queued, from where the last partial send stopped.
   std::size_t n = 0;
+  std::size_t bytes = 0;
   std::size_t skip = head_offset_;
   for (std::size_t i = 0, idx = head_; i < count_ && n + 2 <= iov_.size(); ++i) {
     const entry& e = ring_[idx];
     if (skip < e.head_len) {
       iov_[n++] = {e.head + skip, e.head_len - skip};
+      bytes += e.head_len - skip;
       skip = 0;
     } else {
       skip -= e.head_len;
     }
-    if (e.payload.size() > skip) iov_[n++] = {e.payload.data() + skip, e.payload.size() - skip};
+    if (e.payload.size() > skip) {
+      iov_[n++] = {e.payload.data() + skip, e.payload.size() - skip};
+      bytes += e.payload.size() - skip;
+    }
     skip = 0;
     idx = idx + 1 == ring_.size() ? 0 : idx + 1;
   }
   msg_.msg_iov = iov_.data();
   msg_.msg_iovlen = n;
+  return bytes;
 }
 
 void tcp_transport::flush() {

@@ -6,7 +6,8 @@
 // in flight per socket (DEPENDENCIES.md §2: SQEs on one stream socket are not ordered); whatever
 // is queued meanwhile goes out in ONE sendmsg of iovecs when it completes, and a partial send is
 // resumed from the byte where it stopped. On an idle socket one non-blocking sendmsg(2) goes
-// first and only the rest is handed to the ring (direct_send). The queue is bounded in bytes: send() refuses with
+// first (a plain send(2) of a gathered copy when the queued bytes are at most 1 KiB) and only the
+// rest is handed to the ring (direct_send). The queue is bounded in bytes: send() refuses with
 // errc::send_queue_full and on_writable() follows once the queue drains below the low watermark.
 //
 // Receive side: recv straight into the stream_decoder's free tail (prepare/commit), then every
@@ -17,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -133,7 +135,7 @@ class tcp_transport final : public transport {
                          std::size_t copy_len);
   void flush();
   void flush_direct();
-  void build_iovecs() noexcept;
+  std::size_t build_iovecs() noexcept;  // returns the bytes they hold
   void advance(std::size_t n) noexcept;
   void arm_recv();
   void on_send(int res, std::uint32_t flags);
@@ -159,6 +161,8 @@ class tcp_transport final : public transport {
   bool want_writable_ = false;
   std::vector<iovec> iov_;
   msghdr msg_{};
+  // direct_send gathers up to this many bytes of several iovecs into one plain send(2).
+  std::array<std::byte, 1024> gather_{};
   int send_result_ = 0;  // a zero-copy send's result, kept until its notification CQE
   wire::frame_encoder encoder_;
   send_op send_op_{*this};
