@@ -33,6 +33,8 @@ class actor_error_category final : public std::error_category {
       case actor_errc::device_timeout: return "the device did not answer in time";
       case actor_errc::device_busy: return "the device's request queue is full";
       case actor_errc::receive_timeout: return "no matching message arrived in time";
+      case actor_errc::send_pushed_back:
+        return "too many sends wait for the link to that rank: pushed back, retry later";
     }
     return "unknown vessel.actor error";
   }

@@ -23,6 +23,7 @@ enum class actor_errc {
   device_timeout,        ///< a device did not answer a call within its timeout.
   device_busy,           ///< a device's request queue is full: retry later.
   receive_timeout,       ///< no message matching a receive arrived within its timeout.
+  send_pushed_back,      ///< too many sends already wait for the link to that rank: retry later.
 };
 
 const std::error_category& actor_category() noexcept;

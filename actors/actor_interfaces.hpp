@@ -48,9 +48,14 @@ struct envelope {
 struct rank_stats {
   std::uint64_t sends = 0;              ///< sends accepted
   std::uint64_t send_errors = 0;        ///< sends refused (bad rank, too large, pushed back)
+  std::uint64_t sends_delayed = 0;      ///< sends whose reply waited for room (backpressure)
+  std::uint64_t sends_pushed_back = 0;  ///< sends refused with actor_errc::send_pushed_back
+  std::uint64_t sends_waiting = 0;      ///< sends whose reply waits for room (now)
   std::uint64_t received = 0;           ///< messages delivered to a receive
   std::uint64_t receive_timeouts = 0;   ///< receives that expired
   std::uint64_t unexpected = 0;         ///< messages waiting for a matching receive (now)
+  std::uint64_t unexpected_bytes = 0;   ///< their bytes (now)
+  std::uint64_t credit_withheld = 0;    ///< messages queued past the unexpected bound (total)
   std::uint64_t pending_receives = 0;   ///< receives waiting for a message (now)
   std::uint64_t batches = 0;            ///< hand-offs from the reactor
 };
@@ -60,11 +65,20 @@ inline constexpr std::uint32_t rank_any_source = 0xffffffffu;
 inline constexpr std::uint64_t rank_any_tag = 0xffffffffffffffffull;
 
 /// The rank: point-to-point messaging of this process.
-///  - (send, dst, tag, data) -> sent: queued for dst (self included); errors: rank out of range,
-///    too large, the link pushed back (retry after a delay).
+///  - (send, dst, tag, data) -> sent: queued for dst (self included), in order per destination.
+///    Backpressure: the reply is *delayed* while the queue towards dst is full (node_config::
+///    outbox bounds: the link is out of credit because dst does not receive, or the connection
+///    is being re-dialled), and comes once the queue drained below half. An actor that waits
+///    for `sent` before its next send (request(...).then / await) is thus paced by the slowest
+///    link, like a blocking MPI_Send, without blocking its thread; one that fires many requests
+///    without waiting has them parked (bounded by rank_actor_config::max_waiting_sends per
+///    destination), past which the reply is actor_errc::send_pushed_back ("retry later").
+///    Other errors: rank out of range, node stopped.
 ///  - (recv, source | rank_any_source, tag | rank_any_tag, timeout) -> envelope: the oldest
-///    matching message, non-overtaking per (source, tag); comm_errc-style receive timeout as a
-///    caf::error when nothing matches in time.
+///    matching message, non-overtaking per (source, tag) (actors::message_matcher, MPI's rules;
+///    rank_any_tag does not match vessel's reserved tags); actor_errc::receive_timeout when
+///    nothing matches in time (timeout zero: only what is already there). Unexpected messages
+///    are queued up to a bound, past which their credit is withheld: senders slow down.
 ///  - (stats) -> rank_stats.
 using rank_actor = caf::typed_actor<
     caf::replies_to<send_atom, std::uint32_t, std::uint64_t, payload>::with<sent_atom>,
@@ -113,6 +127,13 @@ struct device_stats {
   std::uint64_t bytes_out = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t reconnects = 0;    ///< times the device was reopened
+  // The line, where the device has one (UART: frames with a good CRC, damaged ones, bytes skipped
+  // to find the next frame start, frames sent again by the reliable mode).
+  std::uint64_t frames_in = 0;
+  std::uint64_t frames_out = 0;
+  std::uint64_t crc_errors = 0;
+  std::uint64_t resync_bytes = 0;
+  std::uint64_t retransmits = 0;
 };
 
 /// Receives a device's unsolicited frames: (frame, device name, data).

@@ -97,7 +97,20 @@ node::node(node_config config, transport_factory make_transport)
   if (auto started = reactor_.start(); !started) {
     throw std::system_error(started.error(), "node: the reactor did not start");
   }
-  outbox_ = std::make_shared<actors::outbox>(reactor_);
+  auto outbox_cfg = config_.outbox;
+  outbox_cfg.world_size = config_.world_size;
+  outbox_ = std::make_shared<actors::outbox>(reactor_, outbox_cfg);
+  // Room for a destination again: the current rank actor sends what it parked.
+  outbox_->set_room_callback([this](std::uint32_t dst) {
+    caf::actor dest;
+    {
+      const std::lock_guard lock{rank_slot_.mutex};
+      dest = rank_slot_.current;
+    }
+    if (dest) {
+      caf::anon_send(caf::actor_cast<actors::rank_impl_actor>(dest), actors::room_atom::value, dst);
+    }
+  });
   observer_ = std::make_unique<observer>(*this);
 
   // Batches go to whichever incarnation of the actor is current when they leave.
@@ -151,7 +164,8 @@ node::node(node_config config, transport_factory make_transport)
     if (user_observer) user_observer(e);
   };
   std::vector<actors::child_spec> children;
-  const actors::rank_actor_config rank_cfg{config_.rank, config_.world_size};
+  const actors::rank_actor_config rank_cfg{config_.rank, config_.world_size, config_.matching,
+                                           config_.max_waiting_sends};
   children.push_back(actors::child_spec{
       "rank",
       [this, rank_cfg](caf::actor_system& sys) {

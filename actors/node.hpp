@@ -34,6 +34,7 @@
 #include "actors/env.hpp"
 #include "actors/event_batcher.hpp"
 #include "actors/mesh.hpp"
+#include "actors/message_matcher.hpp"
 #include "actors/node_transport.hpp"
 #include "actors/outbox.hpp"
 #include "actors/supervisor.hpp"
@@ -53,12 +54,28 @@ struct node_config {
   /// How often a peer's link actor may fail within the window before the peer is given up.
   std::uint32_t peer_max_restarts = 5;
   actors::event_batcher_config batching{};
+  /// The rank actor's unexpected queue (world_size is set from the above). Its bytes are blocks
+  /// of the transport's receive pool: keep the bound below what that pool holds.
+  actors::matcher_config matching = default_matching();
+  /// Per destination, sends not yet accepted by the link (the rank actor's replies wait past it).
+  actors::outbox_config outbox{};
+  /// Per destination, sends whose reply waits, before actor_errc::send_pushed_back.
+  std::size_t max_waiting_sends = 4096;
   io::reactor_config reactor{};
   /// The pool for payloads apps send (and the loopback's messages).
   io::buffer_pool_config pool = io::buffer_pool_config::defaults();
 
   /// Reads VESSEL_CAF_THREADS; a malformed value is an error naming it.
   actors::detailed_result<void> apply_env(const actors::env_view& env);
+
+  /// 16 MiB or 1024 messages unexpected.
+  static actors::matcher_config default_matching() {
+    actors::matcher_config m;
+    m.max_unexpected_bytes = std::size_t{16} << 20;
+    m.max_unexpected_messages = 1024;
+    m.initial_nodes = 256;
+    return m;
+  }
 };
 
 /// Called on the reactor thread once the node is ready to build its transport: the node is the

@@ -1,16 +1,73 @@
 #include "actors/outbox.hpp"
 
+#include <algorithm>
+
 #include "actors/errc.hpp"
 #include "io/log.hpp"
 
 namespace vessel::actors {
 
+outbox::outbox(io::reactor& r, outbox_config config)
+    : reactor_{r},
+      config_{config},
+      destinations_{std::make_unique<destination[]>(std::max<std::uint32_t>(1, config.world_size))} {
+  config_.world_size = std::max<std::uint32_t>(1, config_.world_size);
+}
+
 bool outbox::send(std::uint32_t dst, std::uint64_t tag, io::buffer_slice payload) {
+  const std::size_t bytes = payload.size();
+  if (dst < config_.world_size) count_in(dst, bytes);
   return enqueue(command{true, dst, tag, 0, std::move(payload)});
 }
 
 bool outbox::release(std::uint32_t src, std::size_t bytes) {
   return enqueue(command{false, src, 0, bytes, {}});
+}
+
+bool outbox::has_room(std::uint32_t dst) const noexcept {
+  if (dst >= config_.world_size) return true;  // the transport refuses it, nothing queues
+  const auto& d = destinations_[dst];
+  return d.bytes.load() < config_.max_queued_bytes &&
+         d.messages.load() < config_.max_queued_messages;
+}
+
+bool outbox::below_low_water(std::uint32_t dst) const noexcept {
+  const auto& d = destinations_[dst];
+  return d.bytes.load() <= config_.max_queued_bytes / 2 &&
+         d.messages.load() <= config_.max_queued_messages / 2;
+}
+
+bool outbox::wait_for_room(std::uint32_t dst) noexcept {
+  if (dst >= config_.world_size) return true;
+  // Flag first, then look (both seq_cst, as count_out's decrement and exchange): either this
+  // check sees the drained counters, or count_out sees the flag and calls back.
+  destinations_[dst].room_wanted.store(true);
+  return below_low_water(dst);
+}
+
+std::size_t outbox::queued_bytes(std::uint32_t dst) const noexcept {
+  return dst < config_.world_size ? destinations_[dst].bytes.load() : 0;
+}
+
+std::size_t outbox::queued_messages(std::uint32_t dst) const noexcept {
+  return dst < config_.world_size ? destinations_[dst].messages.load() : 0;
+}
+
+void outbox::count_in(std::uint32_t dst, std::size_t bytes) noexcept {
+  auto& d = destinations_[dst];
+  d.bytes.fetch_add(bytes);
+  d.messages.fetch_add(1);
+}
+
+void outbox::count_out(std::uint32_t dst, std::size_t bytes) noexcept {
+  if (dst >= config_.world_size) return;
+  auto& d = destinations_[dst];
+  d.bytes.fetch_sub(bytes);
+  d.messages.fetch_sub(1);
+  if (below_low_water(dst) && d.room_wanted.load() && d.room_wanted.exchange(false) && on_room_) {
+    ++stats_.room_calls;
+    on_room_(dst);
+  }
 }
 
 bool outbox::enqueue(command c) {
@@ -23,9 +80,18 @@ bool outbox::enqueue(command c) {
   }
   // Only the first command since the last drain wakes the reactor.
   if (post && !reactor_.post(io::work_item{&outbox::drain_thunk, this})) {
-    const std::lock_guard lock{mutex_};
-    posted_ = false;
-    incoming_.clear();
+    std::vector<command> dropped;
+    {
+      const std::lock_guard lock{mutex_};
+      posted_ = false;
+      dropped.swap(incoming_);
+    }
+    for (auto& d : dropped) {
+      if (d.is_send && d.peer < config_.world_size) {
+        destinations_[d.peer].bytes.fetch_sub(d.payload.size());
+        destinations_[d.peer].messages.fetch_sub(1);
+      }
+    }
     return false;
   }
   return true;
@@ -45,10 +111,15 @@ void outbox::drain() {
 }
 
 void outbox::submit(command& c) {
-  if (transport_ == nullptr) return;
   if (!c.is_send) {
+    if (transport_ == nullptr) return;
     ++stats_.releases;
     transport_->release(c.peer, c.bytes);
+    return;
+  }
+  const std::size_t bytes = c.payload.size();
+  if (transport_ == nullptr) {  // stopping: dropped
+    count_out(c.peer, bytes);
     return;
   }
   auto& waiting = backlog_[c.peer];
@@ -62,11 +133,14 @@ void outbox::submit(command& c) {
   } else if (r.error() == errc::link_would_block) {
     ++stats_.pushed_back;
     waiting.push_back(std::move(c));
+    return;  // still queued: still counted
   } else {
     ++stats_.send_errors;
     log::get("actors").warn("send to rank {} tag {} ({} bytes) refused: {}", c.peer, c.tag,
-                            c.payload.size(), r.error().message());
+                            bytes, r.error().message());
   }
+  c.payload = {};
+  count_out(c.peer, bytes);
 }
 
 void outbox::on_writable(std::uint32_t dst) {
@@ -82,7 +156,9 @@ void outbox::on_writable(std::uint32_t dst) {
       ++stats_.send_errors;
       log::get("actors").warn("send to rank {} refused: {}", dst, r.error().message());
     }
+    const std::size_t bytes = waiting.front().payload.size();
     waiting.pop_front();
+    count_out(dst, bytes);
   }
 }
 

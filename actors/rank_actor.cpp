@@ -3,62 +3,124 @@
 #include <chrono>
 #include <deque>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 
 #include "actors/actor_errc.hpp"
+#include "actors/comm_errc.hpp"
 #include "actors/errc.hpp"
 #include "actors/supervisor.hpp"
+#include "io/log.hpp"
 
 namespace vessel::actors {
 namespace {
 
+static_assert(rank_any_source == any_source && rank_any_tag == any_tag,
+              "the rank actor's wildcards are the matcher's");
+
 struct pending_receive {
-  std::uint64_t id = 0;
+  receive_id id = 0;
   std::uint32_t source = 0;
   std::uint64_t tag = 0;
   caf::typed_response_promise<envelope> promise;
 };
 
-bool matches(std::uint32_t want_source, std::uint64_t want_tag, std::uint32_t source,
-             std::uint64_t tag) noexcept {
-  return (want_source == rank_any_source || want_source == source) &&
-         (want_tag == rank_any_tag || want_tag == tag);
-}
+struct waiting_send {
+  std::uint64_t tag = 0;
+  io::buffer_slice payload;
+  caf::typed_response_promise<sent_atom> promise;
+};
+
+// Credit goes back through the outbox. Counts, per source, the bytes whose credit is still out,
+// so that an actor that ends (a restart) gives back what it held and its senders do not stall.
+class outbox_credit final : public credit_sink {
+ public:
+  outbox_credit(std::shared_ptr<outbox> out, std::uint32_t world)
+      : out_{std::move(out)}, held_(world, 0) {}
+  void arrived(std::uint32_t source, std::size_t bytes) noexcept { held_[source] += bytes; }
+  void release(std::uint32_t source, std::size_t bytes) override {
+    held_[source] -= bytes;
+    out_->release(source, bytes);
+  }
+  void on_backpressure(bool over_bound) override {
+    log::get("actors").debug("rank actor: unexpected queue {} its bound", over_bound ? "over" : "back under");
+  }
+  void release_all() {
+    for (std::uint32_t s = 0; s < held_.size(); ++s) {
+      if (held_[s] > 0) out_->release(s, held_[s]);
+      held_[s] = 0;
+    }
+  }
+  outbox& out() noexcept { return *out_; }
+
+ private:
+  std::shared_ptr<outbox> out_;
+  std::vector<std::size_t> held_;
+};
 
 struct rank_state {
   rank_actor_config config;
-  std::shared_ptr<outbox> out;
-  std::deque<envelope> unexpected;        // arrival order
-  std::deque<pending_receive> receives;   // post order
-  std::uint64_t next_receive_id = 1;
+  std::unique_ptr<outbox_credit> credit;
+  std::unique_ptr<message_matcher> matcher;
+  std::unordered_map<std::uint64_t, pending_receive> receives;  // by cookie
+  std::vector<std::deque<waiting_send>> waiting;                // by destination
+  std::uint64_t next_cookie = 1;
   rank_stats stats;
   static inline const char* name = "vessel.rank";
 
-  // Messages still unexpected when the actor ends give their credit back: a restarted rank
-  // must not leave its senders stalled.
   ~rank_state() {
-    if (!out) return;
-    for (const auto& e : unexpected) out->release(e.source, e.data.size());
+    matcher.reset();  // drops unexpected payloads (their blocks go back to the pool)
+    if (credit) credit->release_all();
   }
 
-  // Hands `e` to its receive and gives its bytes back to the sender as credit.
-  void complete(pending_receive& r, envelope&& e) {
+  void deliver(pending_receive& r, p2p_message&& m) {
     ++stats.received;
-    out->release(e.source, e.data.size());
-    r.promise.deliver(std::move(e));
+    r.promise.deliver(envelope{m.source, m.tag, m.message_id, payload{std::move(m.payload)}});
+  }
+
+  // Moves parked sends for `dst` into the outbox while it has room; asks for a callback if not.
+  void drain_waiting(std::uint32_t dst) {
+    auto& q = waiting[dst];
+    while (!q.empty()) {
+      if (!credit->out().has_room(dst)) {
+        if (!credit->out().wait_for_room(dst)) return;  // a room message follows
+        continue;
+      }
+      auto& w = q.front();
+      if (credit->out().send(dst, w.tag, std::move(w.payload))) {
+        ++stats.sends;
+        w.promise.deliver(sent_atom::value);
+      } else {
+        ++stats.send_errors;
+        w.promise.deliver(to_caf_error(actor_errc::node_stopped, "the node's reactor has stopped"));
+      }
+      q.pop_front();
+    }
   }
 };
 
 using self_ptr = rank_impl_actor::stateful_pointer<rank_state>;
 
+std::string describe_receive(std::uint32_t source, std::uint64_t tag) {
+  std::string what = "no message from ";
+  what += source == rank_any_source ? std::string{"any source"} : "rank " + std::to_string(source);
+  what += tag == rank_any_tag ? std::string{" with any tag"} : " with tag " + std::to_string(tag);
+  return what;
+}
+
 rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config,
                                          std::shared_ptr<outbox> out) {
   keep_exception_text(self);
-  self->state.config = config;
-  self->state.out = std::move(out);
+  auto& init = self->state;
+  init.config = config;
+  init.config.matching.world_size = config.world_size;
+  init.credit = std::make_unique<outbox_credit>(std::move(out), config.world_size);
+  init.matcher = std::make_unique<message_matcher>(init.config.matching, *init.credit);
+  init.waiting.resize(config.world_size);
   return {
       [self](send_atom, std::uint32_t dst, std::uint64_t tag,
              payload& data) -> caf::result<sent_atom> {
@@ -69,75 +131,100 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
                               "send to rank " + std::to_string(dst) + " in a world of " +
                                   std::to_string(st.config.world_size));
         }
-        if (!st.out->send(dst, tag, std::move(data).take())) {
-          ++st.stats.send_errors;
-          return to_caf_error(actor_errc::node_stopped, "the node's reactor has stopped");
+        auto& q = st.waiting[dst];
+        if (q.empty() && st.credit->out().has_room(dst)) {
+          if (!st.credit->out().send(dst, tag, std::move(data).take())) {
+            ++st.stats.send_errors;
+            return to_caf_error(actor_errc::node_stopped, "the node's reactor has stopped");
+          }
+          ++st.stats.sends;
+          return sent_atom::value;
         }
-        ++st.stats.sends;
-        return sent_atom::value;
+        if (q.size() >= st.config.max_waiting_sends) {
+          ++st.stats.send_errors;
+          ++st.stats.sends_pushed_back;
+          return to_caf_error(actor_errc::send_pushed_back,
+                              std::to_string(q.size()) + " sends to rank " + std::to_string(dst) +
+                                  " already wait for its link");
+        }
+        ++st.stats.sends_delayed;
+        auto promise = self->make_response_promise<sent_atom>();
+        q.push_back(waiting_send{tag, std::move(data).take(), promise});
+        if (q.size() == 1) st.drain_waiting(dst);  // asks for the room callback
+        return promise;
+      },
+      [self](room_atom, std::uint32_t dst) {
+        if (dst < self->state.waiting.size()) self->state.drain_waiting(dst);
       },
       [self](recv_atom, std::uint32_t source, std::uint64_t tag,
-             caf::timespan timeout) -> caf::typed_response_promise<envelope> {
+             caf::timespan timeout) -> caf::result<envelope> {
         auto& st = self->state;
-        pending_receive r{st.next_receive_id++, source, tag,
-                          self->make_response_promise<envelope>()};
-        auto promise = r.promise;
-        for (auto it = st.unexpected.begin(); it != st.unexpected.end(); ++it) {
-          if (matches(source, tag, it->source, it->tag)) {
-            envelope e = std::move(*it);
-            st.unexpected.erase(it);
-            st.complete(r, std::move(e));
-            return promise;
-          }
+        const std::uint64_t cookie = st.next_cookie++;
+        auto posted = st.matcher->post_receive(source, tag, cookie);
+        if (!posted) {
+          return to_caf_error(posted.error(), "receive from rank " + std::to_string(source) +
+                                                  " in a world of " +
+                                                  std::to_string(st.config.world_size));
+        }
+        auto& p = posted.value();
+        if (p.message) {
+          ++st.stats.received;
+          auto& m = *p.message;
+          return envelope{m.source, m.tag, m.message_id, payload{std::move(m.payload)}};
         }
         if (timeout <= caf::timespan::zero()) {
+          st.matcher->cancel(p.id);
           ++st.stats.receive_timeouts;
-          r.promise.deliver(to_caf_error(actor_errc::receive_timeout, "no message waiting"));
-          return promise;
+          return to_caf_error(actor_errc::receive_timeout, describe_receive(source, tag) + " waiting");
         }
-        const auto id = r.id;
-        st.receives.push_back(std::move(r));
+        auto promise = self->make_response_promise<envelope>();
+        st.receives.emplace(cookie, pending_receive{p.id, source, tag, promise});
         if (timeout != caf::timespan::max()) {
-          self->delayed_send(self, timeout, recv_timeout_atom::value, id);
+          self->delayed_send(self, timeout, recv_timeout_atom::value, cookie);
         }
         return promise;
       },
       [self](stats_atom) {
         auto s = self->state.stats;
-        s.unexpected = self->state.unexpected.size();
-        s.pending_receives = self->state.receives.size();
+        const auto& m = self->state.matcher->stats();
+        s.unexpected = m.unexpected_messages;
+        s.unexpected_bytes = m.unexpected_bytes;
+        s.credit_withheld = m.credit_withheld;
+        s.pending_receives = m.pending_receives;
+        s.sends_waiting = 0;
+        for (const auto& q : self->state.waiting) s.sends_waiting += q.size();
         return s;
       },
       [self](const event_batch<inbound_message>& batch) {
         auto& st = self->state;
         ++st.stats.batches;
         for (auto& m : batch.events()) {
-          envelope e{m.src, m.tag, m.message_id, payload{std::move(m.payload)}};
-          auto it = st.receives.begin();
-          while (it != st.receives.end() && !matches(it->source, it->tag, e.source, e.tag)) ++it;
-          if (it == st.receives.end()) {
-            st.unexpected.push_back(std::move(e));
+          const std::size_t bytes = m.payload.size();
+          const std::uint32_t source = m.src;
+          if (source < st.config.world_size) st.credit->arrived(source, bytes);
+          auto done = st.matcher->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
+          if (!done) {  // not a rank of this world: the transport never delivers one
+            log::get("actors").warn("rank actor: dropped a message from rank {}: {}", source,
+                                    done.error().message());
             continue;
           }
-          st.complete(*it, std::move(e));
+          if (!done.value()) continue;  // unexpected
+          auto it = st.receives.find(done.value()->cookie);
+          if (it == st.receives.end()) continue;  // cannot happen: cancel removes both
+          st.deliver(it->second, std::move(done.value()->message));
           st.receives.erase(it);
         }
       },
-      [self](recv_timeout_atom, std::uint64_t id) {
+      [self](recv_timeout_atom, std::uint64_t cookie) {
         auto& st = self->state;
-        for (auto it = st.receives.begin(); it != st.receives.end(); ++it) {
-          if (it->id != id) continue;
-          ++st.stats.receive_timeouts;
-          std::string what = "no message from ";
-          what += it->source == rank_any_source ? std::string{"any source"}
-                                                : "rank " + std::to_string(it->source);
-          what += it->tag == rank_any_tag ? std::string{" with any tag"}
-                                          : " with tag " + std::to_string(it->tag);
-          what += " arrived in time";
-          it->promise.deliver(to_caf_error(actor_errc::receive_timeout, std::move(what)));
-          st.receives.erase(it);
-          return;
-        }
+        auto it = st.receives.find(cookie);
+        if (it == st.receives.end()) return;  // completed first
+        st.matcher->cancel(it->second.id);
+        ++st.stats.receive_timeouts;
+        it->second.promise.deliver(to_caf_error(
+            actor_errc::receive_timeout,
+            describe_receive(it->second.source, it->second.tag) + " arrived in time"));
+        st.receives.erase(it);
       },
   };
 }
@@ -146,6 +233,7 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
 
 rank_impl_actor spawn_rank_actor(caf::actor_system& sys, rank_actor_config config,
                                  std::shared_ptr<outbox> out) {
+  register_caf_error_category(comm_category());  // the matcher's errors reach apps as they are
   return sys.spawn(rank_impl, config, std::move(out));
 }
 

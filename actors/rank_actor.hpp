@@ -1,10 +1,16 @@
 #pragma once
 // The rank actor: implements rank_actor (actor_interfaces.hpp) over a node's outbox (sends and
 // credit releases go to the reactor in batches) and the node's batched inbound messages.
-// Receives follow MPI's matching rules: by source or any, by tag or any; the oldest matching
-// message first, so messages of one (source, tag) never overtake each other. A message waits in
-// the unexpected queue until a receive takes it, and its credit goes back to the sender only
-// then: a rank that does not receive slows its senders instead of growing without bound.
+//
+// Receives are matched by actors::message_matcher, the one implementation of MPI's rules in
+// vessel (the runtime uses it too): by source or any, by tag or any; the oldest matching message
+// first, so messages of one (source, tag) never overtake each other. Its unexpected queue is
+// bounded: past the bound a message's credit is withheld until a receive takes it, so a rank
+// that does not receive slows its senders instead of growing without bound.
+//
+// Sends: while the outbox has room for the destination the reply comes at once; otherwise the
+// send is parked here and its reply waits until the outbox drained (outbox's room callback). Past
+// max_waiting_sends parked sends for one destination the reply is actor_errc::send_pushed_back.
 
 #include <cstdint>
 #include <memory>
@@ -14,24 +20,34 @@
 #include "actors/actor_interfaces.hpp"
 #include "actors/event_batcher.hpp"
 #include "actors/mesh.hpp"
+#include "actors/message_matcher.hpp"
 #include "actors/outbox.hpp"
 
 namespace vessel::actors {
 
-/// Internal: a receive's deadline passed (receive id).
+/// Internal: a receive's deadline passed (receive cookie).
 using recv_timeout_atom = caf::atom_constant<caf::atom("recvtmo")>;
+/// Internal: the outbox has room for a destination again.
+using room_atom = caf::atom_constant<caf::atom("room")>;
 
 /// What the node's rank actor accepts: the public interface plus the reactor's batches.
 using rank_impl_actor =
     rank_actor::extend<caf::reacts_to<event_batch<inbound_message>>,
-                       caf::reacts_to<recv_timeout_atom, std::uint64_t>>;
+                       caf::reacts_to<recv_timeout_atom, std::uint64_t>,
+                       caf::reacts_to<room_atom, std::uint32_t>>;
 
 struct rank_actor_config {
   std::uint32_t self_rank = 0;
   std::uint32_t world_size = 1;
+  /// The unexpected queue's bounds (world_size is set from the above).
+  matcher_config matching{};
+  /// Per destination: sends parked (reply delayed) while the outbox is full; past this a send is
+  /// answered with actor_errc::send_pushed_back.
+  std::size_t max_waiting_sends = 4096;
 };
 
-/// Spawns a rank actor sending through `out` (shared with the node, which drains it).
+/// Spawns a rank actor sending through `out` (shared with the node, which drains it). The node
+/// routes out's room callback to the actor as (room_atom, dst).
 rank_impl_actor spawn_rank_actor(caf::actor_system& sys, rank_actor_config config,
                                  std::shared_ptr<outbox> out);
 

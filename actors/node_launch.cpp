@@ -1,0 +1,254 @@
+#include "actors/node_launch.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "actors/auth.hpp"
+#include "actors/errc.hpp"
+#include "actors/kv_store_client.hpp"
+#include "actors/kv_store_server.hpp"
+#include "actors/node_transport.hpp"
+#include "actors/runtime.hpp"
+#include "io/log.hpp"
+#include "io/tcp_socket.hpp"
+
+namespace vessel {
+
+using namespace std::chrono_literals;
+using actors::detailed_result;
+using actors::fail;
+using clock = std::chrono::steady_clock;
+
+namespace {
+
+spdlog::logger& logger() { return log::get("actors"); }
+
+detailed_result<actors::endpoint> read_store_file(const std::string& path,
+                                                  clock::time_point deadline) {
+  for (;;) {
+    std::ifstream in{path};
+    std::string line;
+    if (in && std::getline(in, line) && !line.empty()) {
+      return actors::parse_endpoint(line, "store file " + path);
+    }
+    if (clock::now() >= deadline) {
+      return fail(make_error_code(actors::errc::store_unreachable),
+                  "rank 0 did not write the store address into " + path +
+                      " in time (set VESSEL_STORE, or VESSEL_STORE_FILE on a shared directory)");
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+detailed_result<void> write_store_file(const std::string& path, const actors::endpoint& e) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out{tmp, std::ios::trunc};
+    out << e.to_string() << "\n";
+    if (!out) {
+      return fail(make_error_code(actors::errc::store_unreachable),
+                  "cannot write the store file " + tmp);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return fail(make_error_code(actors::errc::store_unreachable),
+                "cannot rename " + tmp + " to " + path);
+  }
+  return outcome::success();
+}
+
+}  // namespace
+
+node_launch_options node_launch_options::defaults() {
+  node_launch_options o;
+  o.node.pool = io::buffer_pool_config{
+      {{4096, 1024}, {65536, 256}, {std::size_t{1} << 20, 16}}, false};
+  // Receive blocks hold the rank actor's unexpected queue (its bound) plus a link window from
+  // every peer; address space only, touched as used.
+  o.mesh.pool = io::buffer_pool_config{
+      {{4096, 8192}, {65536, 1024}, {std::size_t{1} << 20, 64}}, false};
+  return o;
+}
+
+actors::detailed_result<void> node_launch_options::apply_env(const actors::env_view& env) {
+  if (auto v = env.get("VESSEL_CONNECT_TIMEOUT_MS"); v && !v->empty()) {
+    long long ms = 0;
+    const auto* end = v->data() + v->size();
+    const auto [p, ec] = std::from_chars(v->data(), end, ms);
+    if (ec != std::errc{} || p != end || ms <= 0) {
+      return fail(make_error_code(actors::errc::malformed_number),
+                  "VESSEL_CONNECT_TIMEOUT_MS='" + *v + "' is not a positive integer");
+    }
+    connect_timeout = std::chrono::milliseconds{ms};
+  }
+  if (auto applied = node.apply_env(env); !applied) return applied.error();
+  return mesh.apply_env(env);
+}
+
+detailed_result<std::unique_ptr<launched_node>> launched_node::start(
+    const actors::env_view& env, node_launch_options options) {
+  std::unique_ptr<launched_node> n{new launched_node};
+  auto booted = n->boot(env, std::move(options));
+  if (!booted) {
+    n->stop();
+    return booted.error();
+  }
+  return n;
+}
+
+detailed_result<void> launched_node::boot(const actors::env_view& env,
+                                          node_launch_options options) {
+  auto launched = actors::detect_launch_and_log(env);
+  if (!launched) return launched.error();
+  launch_ = std::move(launched).value();
+  const auto rank = static_cast<std::uint32_t>(launch_.rank);
+  const auto world = static_cast<std::uint32_t>(launch_.world_size);
+  if (auto applied = options.apply_env(env); !applied) return applied.error();
+
+  auto token = actors::load_token(env);
+  if (!token) {
+    if (world > 1) return token.error();
+    std::array<std::byte, 32> random{};  // a singleton talks to nobody: any secret will do
+    std::random_device rd;
+    for (auto& b : random) b = static_cast<std::byte>(rd());
+    token = actors::cluster_token::from_bytes(random, "random (single process)");
+    if (!token) return token.error();
+  }
+  token_ = std::make_unique<actors::cluster_token>(std::move(token).value());
+
+  store_reactor_ = std::make_unique<io::reactor>();
+  if (auto started = store_reactor_->start(); !started) {
+    return fail(started.error(), "cannot start the store's reactor: " + started.error().message());
+  }
+  const auto deadline = clock::now() + options.connect_timeout;
+  const auto left = [&] {
+    return std::max(1ms,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()));
+  };
+
+  // The store: VESSEL_STORE (or torchrun's MASTER_ADDR/PORT); else a file rank 0 writes.
+  std::optional<actors::endpoint> store_at = launch_.store;
+  std::string file;
+  if (!store_at) {
+    file = actors::store_file_path(env);
+    if (file.empty() && world > 1) {
+      return fail(make_error_code(actors::errc::store_unreachable),
+                  "no rendezvous store: set VESSEL_STORE=host:port (rank 0 serves it), or "
+                  "VESSEL_STORE_FILE=<path on a shared directory>");
+    }
+  }
+  if (rank == 0) {
+    store_server_ = std::make_unique<actors::kv_store_server>(*store_reactor_);
+    io::socket_address bind_at = io::socket_address::loopback_v4(0);
+    if (store_at) {
+      auto addresses = io::resolve(store_at->host, store_at->port);
+      if (!addresses || addresses.value().empty()) {
+        return fail(make_error_code(actors::errc::store_unreachable),
+                    "cannot resolve the store address " + store_at->to_string());
+      }
+      bind_at = addresses.value().front();
+    }
+    if (auto listened = store_server_->listen(bind_at); !listened) {
+      return fail(listened.error(), "rank 0 cannot serve the store at " + bind_at.to_string() +
+                                        ": " + listened.error().message());
+    }
+    if (auto started = store_server_->start(); !started) {
+      return fail(started.error(), "rank 0 cannot start the store: " + started.error().message());
+    }
+    if (!store_at) store_at = actors::endpoint{"127.0.0.1", store_server_->port()};
+    if (!file.empty()) {
+      if (auto written = write_store_file(file, *store_at); !written) return written.error();
+      store_file_ = file;
+      logger().info("rank 0 serves the store at {} (published in {})", store_at->to_string(), file);
+    }
+  } else if (!store_at) {
+    auto read = read_store_file(file, deadline);
+    if (!read) return read.error();
+    store_at = read.value();
+  }
+  auto client = actors::kv_store_client::connect(*store_reactor_, *store_at, left());
+  if (!client) return client.error();
+  store_client_ = std::move(client).value();
+
+  // The node, with a mesh built on its reactor thread.
+  node_config nc = options.node;
+  nc.rank = rank;
+  nc.world_size = world;
+  actors::mesh_config mc = options.mesh;
+  mc.self_rank = rank;
+  mc.world_size = world;
+  mc.token = token_.get();
+  std::random_device rd;
+  mc.incarnation = (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
+  transport_factory factory;
+  if (world > 1) {
+    factory = [this, mc](io::reactor& r, actors::mesh_observer& o) {
+      auto t = std::make_unique<actors::mesh_node_transport<actors::mesh>>(
+          std::make_unique<actors::mesh>(r, mc, o));
+      mesh_ = &t->mesh();
+      return t;
+    };
+  }
+  try {
+    node_ = std::make_unique<vessel::node>(nc, std::move(factory));
+  } catch (const std::system_error& e) {
+    return fail(e.code(), std::string{"cannot start the node: "} + e.what());
+  }
+  if (mesh_ != nullptr) {
+    logger().info("rank {}: connecting {} peers, deadline {} ms", rank, world - 1, left().count());
+    if (auto connected = mesh_->connect(*store_client_, left()); !connected) {
+      return connected.error();
+    }
+    logger().info("rank {}: every peer link is up", rank);
+  }
+  return outcome::success();
+}
+
+launched_node::~launched_node() { stop(); }
+
+actors::detailed_result<void> launched_node::barrier(const std::string& name,
+                                                     std::chrono::milliseconds timeout) {
+  if (!store_client_) {
+    return fail(make_error_code(actors::errc::store_unreachable), "barrier: no store");
+  }
+  const auto world = static_cast<std::uint32_t>(launch_.world_size);
+  const std::string prefix = "vessel/barrier/" + name + "/";
+  if (auto set = store_client_->set(prefix + std::to_string(launch_.rank), "1"); !set) {
+    return set.error();
+  }
+  std::vector<std::string> keys;
+  for (std::uint32_t r = 0; r < world; ++r) keys.push_back(prefix + std::to_string(r));
+  return store_client_->wait(keys, timeout);
+}
+
+void launched_node::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  // Goodbyes: the store goes with rank 0, so rank 0 leaves last.
+  if (store_client_ && launch_.world_size > 1) {
+    if (launch_.rank != 0) {
+      (void)store_client_->set("vessel/bye/" + std::to_string(launch_.rank), "1");
+    } else {
+      std::vector<std::string> keys;
+      for (int r = 1; r < launch_.world_size; ++r) keys.push_back("vessel/bye/" + std::to_string(r));
+      (void)store_client_->wait(keys, 5s);
+    }
+  }
+  if (node_) node_->stop();  // closes the mesh while the node's reactor runs
+  mesh_ = nullptr;
+  store_client_.reset();
+  if (store_server_) store_server_->stop();
+  if (!store_file_.empty()) std::remove(store_file_.c_str());
+  if (store_reactor_) store_reactor_->stop();
+  store_server_.reset();
+  node_.reset();
+}
+
+}  // namespace vessel
