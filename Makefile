@@ -5,7 +5,7 @@ FUZZ_SECONDS ?= 60
 .PHONY: help demo deps test tsan long release bench fuzz fuzz-replay format clean board
 
 help:
-	@echo "make demo         build release; two processes exchange frames over vessel's TCP and shm"
+	@echo "make demo         build release; allreduce loop and data-parallel SGD on 4 ranks (local-4.toml)"
 	@echo "make test         install missing packages, build the dev preset (ASan+UBSan), run ctest"
 	@echo "make tsan         build the tsan preset and run the tests labelled 'concurrency'"
 	@echo "make long         the full-size transport proofs (label 'long') from a release build"
@@ -19,13 +19,15 @@ help:
 deps:
 	@scripts/setup-deps
 
-# Until the launcher lands (issue 6: a 4-rank topology), the demo is what stands: two processes on
-# this host ping-pong and stream through vessel's io_uring TCP and shared-memory transports,
-# beside a plain-socket and a memcpy peer measured in the same run.
-demo: release
-	@mkdir -p build/bench
-	build/bin/vessel-bench transport --transport all --csv build/bench/demo-transport.csv
-	@echo "CSV: build/bench/demo-transport.csv"
+# README's first command: missing packages, a release build of only what the demo runs (the
+# launcher and two examples), then ring_allreduce and data_parallel_sgd under vessel-run on the
+# 4-rank topology, one progress bar each and a summary table (scripts/demo).
+DEMO_BUILD ?= build
+DEMO_TOPOLOGY ?= examples/topologies/local-4.toml
+demo: deps
+	cmake --preset release -B $(DEMO_BUILD)
+	cmake --build $(DEMO_BUILD) --target vessel-run ring_allreduce data_parallel_sgd
+	scripts/demo $(DEMO_BUILD) $(DEMO_TOPOLOGY)
 
 test: deps
 	cmake --preset dev
