@@ -23,5 +23,8 @@ echo "== vessel-bench p2p (comm and rank actor between 2 rank processes vs Open 
 "$build/bin/vessel-bench" p2p --transport all --csv "$out/p2p.csv"
 echo "== vessel-bench model (collective algorithms on the simulated network vs the alpha-beta formula)"
 "$build/bin/vessel-bench" model --transport all --csv "$out/model.csv"
+echo "== vessel-bench coll (allreduce, broadcast, allgather, reduce_scatter on 2 and 4 ranks vs Open MPI)"
+"$build/bin/vessel-bench" coll --transport all --csv "$out/coll.csv"
+python3 "$here/plot_coll.py" "$out" "$out/coll.csv"
 python3 "$here/summarize.py" "$out" "$out"/bench_*.json "$out"/transport.csv "$out"/p2p.csv
 echo "wrote $out/*.csv and $out/*.png"

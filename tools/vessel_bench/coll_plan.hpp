@@ -1,0 +1,75 @@
+#pragma once
+// What `vessel-bench coll` measures, shared by its two sides (tools/vessel_bench/coll_rank.cpp
+// for vessel, bench/peers/mpi_coll.cpp for Open MPI) so both run the same sizes, element counts,
+// warm-up and iteration counts. Header-only and standard C++ only: the MPI peer includes it.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace vessel::bench {
+
+/// The operations, in the order both sides run them.
+inline constexpr std::string_view coll_ops[] = {"allreduce", "broadcast", "allgather",
+                                                "reduce_scatter"};
+
+struct coll_plan {
+  /// float32 elements of one call: the whole vector (allreduce, broadcast, and allgather's output
+  /// / reduce_scatter's input) and one rank's block.
+  struct shape {
+    std::size_t whole_elements;
+    std::size_t block_elements;
+  };
+
+  std::vector<std::size_t> sizes;
+  std::size_t iterations = 0;  ///< 0: iterations_for's default
+  std::size_t world = 2;
+
+  /// `list`: comma-separated byte counts (plain numbers; vessel-bench expands K/M suffixes).
+  coll_plan(std::string_view list, std::size_t iterations_, std::size_t world_)
+      : iterations{iterations_}, world{std::max<std::size_t>(world_, 1)} {
+    while (!list.empty()) {
+      const auto comma = list.find(',');
+      const std::string item{list.substr(0, comma)};
+      const std::size_t v = std::strtoull(item.c_str(), nullptr, 10);
+      if (v == 0) {
+        sizes.clear();
+        return;
+      }
+      sizes.push_back(v);
+      if (comma == std::string_view::npos) break;
+      list.remove_prefix(comma + 1);
+    }
+  }
+
+  /// At least one float32 per rank's block, so an 8-byte allgather on 4 ranks still moves data.
+  shape shape_of(std::size_t size_bytes) const {
+    const std::size_t block = std::max<std::size_t>(size_bytes / 4 / world, 1);
+    const std::size_t whole = std::max<std::size_t>(size_bytes / 4, 1);
+    return {whole, block};
+  }
+
+  std::size_t largest_buffer_bytes() const {
+    std::size_t most = 4;
+    for (std::size_t s : sizes) {
+      const shape sh = shape_of(s);
+      most = std::max({most, sh.whole_elements * 4, sh.block_elements * 4 * world});
+    }
+    return most;
+  }
+
+  /// About 64 MiB moved per measurement, between 3 and 500 calls.
+  std::size_t iterations_for(std::size_t size_bytes) const {
+    if (iterations != 0) return iterations;
+    return std::clamp<std::size_t>((std::size_t{64} << 20) / size_bytes, 3, 500);
+  }
+
+  std::size_t warmup(std::size_t size_bytes) const {
+    return std::clamp<std::size_t>(iterations_for(size_bytes) / 10, 1, 20);
+  }
+};
+
+}  // namespace vessel::bench
