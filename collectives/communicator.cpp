@@ -1,7 +1,10 @@
 #include "collectives/communicator.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -23,6 +26,7 @@ spdlog::logger& logger() {
 
 constexpr std::size_t header_bytes = 8;  // step, chunk: two little-endian u32
 constexpr std::size_t default_chunk_bytes = std::size_t{1} << 20;
+constexpr std::uint32_t not_a_member = ~std::uint32_t{0};
 
 void put_u32(std::byte* p, std::uint32_t v) noexcept {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
@@ -40,11 +44,56 @@ struct received_chunk {
   std::size_t size() const noexcept { return slice.size() - header_bytes; }
 };
 
+/// Next free communicator id per runtime, process-wide: a child's id is the max of its members'
+/// (communicator.hpp), so every communicator this process made must count.
+struct id_registry {
+  std::mutex mutex;
+  std::map<const actors::runtime*, std::uint32_t> next_free;
+
+  std::uint32_t next(const actors::runtime& rt) {
+    std::lock_guard lock{mutex};
+    return next_free[&rt];
+  }
+  void used(const actors::runtime& rt, std::uint32_t id) {
+    std::lock_guard lock{mutex};
+    std::uint32_t& n = next_free[&rt];
+    n = std::max(n, id + 1);
+  }
+};
+
+id_registry& ids() {
+  static id_registry r;
+  return r;
+}
+
+std::string rank_list(const std::vector<std::uint32_t>& ranks) {
+  std::string s;
+  for (std::uint32_t r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return "[" + s + "]";
+}
+
 }  // namespace
+
+/// Who is in a communicator: member i is runtime rank members[i].
+struct communicator_group {
+  std::vector<std::uint32_t> members;
+  std::vector<std::uint32_t> index_of;  // runtime rank -> member index, or not_a_member
+  std::uint32_t self = 0;
+
+  communicator_group(std::vector<std::uint32_t> m, std::uint32_t world, std::uint32_t me)
+      : members(std::move(m)), index_of(world, not_a_member) {
+    for (std::uint32_t i = 0; i < members.size(); ++i) index_of[members[i]] = i;
+    self = index_of[me];
+  }
+  std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(members.size()); }
+};
 
 struct collective_state {
   collective_op op = collective_op::barrier;
   std::string algorithm_name;
+  const communicator* owner = nullptr;
+  std::shared_ptr<const communicator_group> group;
+  std::uint32_t comm_id = 0;
   std::uint64_t sequence = 0;
   std::uint64_t tag = 0;
   std::unique_ptr<algorithm> algo;
@@ -63,25 +112,54 @@ struct collective_state {
   std::chrono::milliseconds timeout{};
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::error_code error;
+  std::string detail;
   bool finished = false;
 
   void touch() {
     if (timeout == std::chrono::milliseconds::max()) return;
     deadline = std::chrono::steady_clock::now() + timeout;
   }
+  std::string name() const {
+    return std::string{to_string(op)} + " #" + std::to_string(sequence) + " (" + algorithm_name +
+           ", communicator " + std::to_string(comm_id) + ")";
+  }
+};
+
+/// Drives the active collectives of one communicator family from the calling thread.
+struct collective_engine {
+  actors::runtime* rt;
+  std::vector<std::shared_ptr<collective_state>> active;
+
+  explicit collective_engine(actors::runtime& r) : rt(&r) {}
+
+  /// One pass over every active collective; true if anything moved.
+  bool progress();
+  bool advance(collective_state& s);
+  result<void> wait_for(collective_state& s);
+  void post_receive(collective_state& s, std::size_t slot);
+  void send_chunk(collective_state& s, const send_step& step, std::span<const std::byte> bytes);
+  void fail(collective_state& s, std::error_code ec, std::string detail = {});
+  /// A send or receive failed: a dead member says why better than the transport does.
+  void fail_transport(collective_state& s, std::string what);
+  /// Fails `s` with errc::rank_failed if a member's link is down; true if it did.
+  bool check_members(collective_state& s);
+  /// Cancels what is still posted, waits for the sends' hand-over, marks it finished.
+  void finish(collective_state& s);
+  /// Members of `g` whose links are down (member indices).
+  std::vector<std::uint32_t> down_members(const communicator_group& g) const;
 };
 
 // -- collective_request
 
 collective_request::collective_request() noexcept = default;
-collective_request::collective_request(communicator* owner,
+collective_request::collective_request(std::shared_ptr<collective_engine> engine,
                                        std::shared_ptr<collective_state> s) noexcept
-    : owner_(owner), state_(std::move(s)) {}
+    : engine_(std::move(engine)), state_(std::move(s)) {}
 collective_request::collective_request(collective_request&&) noexcept = default;
 collective_request& collective_request::operator=(collective_request&& other) noexcept {
   if (this != &other) {
     if (state_ && !state_->finished) (void)wait();
-    owner_ = other.owner_;
+    engine_ = std::move(other.engine_);
     state_ = std::move(other.state_);
   }
   return *this;
@@ -92,26 +170,226 @@ collective_request::~collective_request() {
 
 result<void> collective_request::wait() {
   if (!state_) return errc::invalid_argument;
-  if (!state_->finished) return owner_->wait_for(*state_);
+  if (!state_->finished) return engine_->wait_for(*state_);
   if (state_->error) return state_->error;
   return outcome::success();
 }
 
 bool collective_request::test() {
   if (!state_) return true;
-  if (!state_->finished) owner_->progress();
+  if (!state_->finished) engine_->progress();
   return state_->finished;
+}
+
+std::string collective_request::detail() const {
+  if (!state_ || !state_->finished || !state_->error) return {};
+  if (!state_->detail.empty()) return state_->detail;
+  return state_->name() + ": " + state_->error.message();
+}
+
+// -- collective_engine
+
+void collective_engine::post_receive(collective_state& s, std::size_t slot) {
+  actors::p2p_request& r = s.receives[slot];
+  actors::p2p_request::make_receive(r, actors::any_source, s.tag);
+  ++s.receives_posted;
+  rt->submit(r);
+}
+
+void collective_engine::send_chunk(collective_state& s, const send_step& step,
+                                   std::span<const std::byte> bytes) {
+  if (s.error) return;
+  if (s.sends_out == s.send_slots) {  // backpressure: wait for the oldest send's hand-over
+    actors::p2p_request& oldest = s.sends[s.send_head];
+    oldest.wait();
+    if (oldest.error) return fail_transport(s, "send to rank " + std::to_string(oldest.peer));
+    oldest.payload.reset();
+    s.send_head = (s.send_head + 1) % s.send_slots;
+    --s.sends_out;
+  }
+  if (step.peer >= s.group->size()) return fail(s, make_error_code(errc::invalid_argument));
+  io::buffer block = rt->acquire_send_block(header_bytes + bytes.size());
+  if (!block) return fail(s, make_error_code(errc::invalid_argument));
+  put_u32(block.data(), step.step);
+  put_u32(block.data() + 4, step.chunk);
+  if (!bytes.empty()) std::memcpy(block.data() + header_bytes, bytes.data(), bytes.size());
+  actors::p2p_request& r = s.sends[(s.send_head + s.sends_out) % s.send_slots];
+  actors::p2p_request::make_send(r, s.group->members[step.peer], s.tag,
+                                 std::move(block).slice(0, header_bytes + bytes.size()));
+  ++s.sends_out;
+  rt->submit(r);
+}
+
+void collective_engine::fail(collective_state& s, std::error_code ec, std::string detail) {
+  if (s.error) return;
+  s.error = ec;
+  s.detail = std::move(detail);
+}
+
+std::vector<std::uint32_t> collective_engine::down_members(const communicator_group& g) const {
+  std::vector<std::uint32_t> down;
+  for (std::uint32_t i = 0; i < g.size(); ++i) {
+    if (rt->peer_status(g.members[i]) == actors::peer_state::down) down.push_back(i);
+  }
+  return down;
+}
+
+bool collective_engine::check_members(collective_state& s) {
+  if (s.error) return false;
+  const std::vector<std::uint32_t> down = down_members(*s.group);
+  if (down.empty()) return false;
+  std::vector<std::uint32_t> world;
+  for (std::uint32_t i : down) world.push_back(s.group->members[i]);
+  std::string detail = s.name() + ": rank(s) " + rank_list(down) + " gone (world rank(s) " +
+                       rank_list(world) + "): link down";
+  logger().error("rank {}: {}", rt->rank(), detail);
+  fail(s, make_error_code(errc::rank_failed), std::move(detail));
+  return true;
+}
+
+void collective_engine::fail_transport(collective_state& s, std::string what) {
+  if (check_members(s)) return;
+  std::string detail = s.name() + ": " + what + " failed";
+  logger().error("rank {}: {}", rt->rank(), detail);
+  fail(s, make_error_code(errc::transport_failed), std::move(detail));
+}
+
+bool collective_engine::advance(collective_state& s) {
+  if (s.finished) return false;
+  bool moved = false;
+  auto emit = [this, &s](const send_step& step, std::span<const std::byte> bytes) {
+    send_chunk(s, step, bytes);
+  };
+  while (!s.error && s.receives_posted > 0 && s.receives[s.receive_head].done()) {
+    actors::p2p_request& r = s.receives[s.receive_head];
+    const std::size_t slot = s.receive_head;
+    s.receive_head = (s.receive_head + 1) % s.receive_slots;
+    --s.receives_posted;
+    moved = true;
+    if (r.error) {
+      fail_transport(s, "receive (" + r.error.message() + ")");
+      break;
+    }
+    const std::uint32_t from =
+        r.source < s.group->index_of.size() ? s.group->index_of[r.source] : not_a_member;
+    if (r.payload.size() < header_bytes || from == not_a_member) {
+      fail(s, make_error_code(errc::protocol_violation),
+           s.name() + ": malformed chunk from world rank " + std::to_string(r.source));
+      break;
+    }
+    const std::uint32_t step = get_u32(r.payload.data());
+    const std::uint32_t chunk = get_u32(r.payload.data() + 4);
+    auto delivered =
+        s.driver->deliver(from, step, chunk, received_chunk{std::move(r.payload)}, emit);
+    if (!delivered) {
+      fail(s, delivered.error());
+      break;
+    }
+    if (!s.error && !s.driver->done()) post_receive(s, slot);
+  }
+  while (s.sends_out > 0 && s.sends[s.send_head].done()) {
+    actors::p2p_request& r = s.sends[s.send_head];
+    if (r.error) fail_transport(s, "send to world rank " + std::to_string(r.peer));
+    r.payload.reset();
+    s.send_head = (s.send_head + 1) % s.send_slots;
+    --s.sends_out;
+    moved = true;
+  }
+  if (moved) s.touch();
+  if (s.error || (s.driver->done() && s.sends_out == 0)) finish(s);
+  return moved || s.finished;
+}
+
+void collective_engine::finish(collective_state& s) {
+  // Receives still posted: nothing more is addressed to us under this tag once the algorithm
+  // is done, so a cancelled receive that got a message anyway means a broken peer.
+  while (s.receives_posted > 0) {
+    actors::p2p_request& r = s.receives[s.receive_head];
+    rt->cancel(r);
+    if (!r.error && !s.error) fail(s, make_error_code(errc::protocol_violation));
+    r.payload.reset();
+    s.receive_head = (s.receive_head + 1) % s.receive_slots;
+    --s.receives_posted;
+  }
+  while (s.sends_out > 0) {  // their memory must outlive the reactor's use of them
+    actors::p2p_request& r = s.sends[s.send_head];
+    r.wait();
+    r.payload.reset();
+    s.send_head = (s.send_head + 1) % s.send_slots;
+    --s.sends_out;
+  }
+  s.finished = true;
+}
+
+bool collective_engine::progress() {
+  bool moved = false;
+  for (std::size_t i = 0; i < active.size(); ++i) moved |= advance(*active[i]);
+  std::erase_if(active, [](const auto& s) { return s->finished; });
+  return moved;
+}
+
+result<void> collective_engine::wait_for(collective_state& s) {
+  while (!s.finished) {
+    if (progress() || s.finished) continue;
+    // Nothing moved: sleep on the oldest thing this collective waits for, briefly, since other
+    // active collectives may need driving too.
+    const auto now = std::chrono::steady_clock::now();
+    const auto until = now + std::chrono::milliseconds{1};
+    if (s.receives_posted > 0) {
+      (void)s.receives[s.receive_head].wait_until(until);
+    } else if (s.sends_out > 0) {
+      (void)s.sends[s.send_head].wait_until(until);
+    } else {
+      std::this_thread::yield();
+    }
+    for (const auto& other : active) {
+      collective_state& a = *other;
+      if (a.finished) continue;
+      if (check_members(a)) {  // a member is gone for good: no point waiting for the timeout
+        finish(a);
+        continue;
+      }
+      if (std::chrono::steady_clock::now() < a.deadline) continue;
+      std::vector<std::uint32_t> peers;
+      const std::uint32_t round = a.algo->waiting_for(peers);
+      std::string links;  // awaited members whose link is not up say more than "waiting"
+      for (std::uint32_t p : peers) {
+        if (p >= a.group->size()) continue;
+        const actors::peer_state st = rt->peer_status(a.group->members[p]);
+        if (st != actors::peer_state::up) {
+          links += " rank " + std::to_string(p) + " link " + actors::to_string(st) + ";";
+        }
+      }
+      std::string detail = a.name() + ": no progress for " + std::to_string(a.timeout.count()) +
+                           " ms: round " + std::to_string(round) + ", waiting for rank(s) " +
+                           rank_list(peers) + ", " + std::to_string(a.driver->kept_count()) +
+                           " chunk(s) kept" + links;
+      logger().error("rank {}: {}", rt->rank(), detail);
+      fail(a, make_error_code(errc::timed_out), std::move(detail));
+      finish(a);
+    }
+    std::erase_if(active, [](const auto& p) { return p->finished; });
+  }
+  if (s.error) return s.error;
+  return outcome::success();
 }
 
 // -- communicator
 
-communicator::communicator(actors::runtime& rt, communicator_options options)
-    : rt_(&rt), options_(options) {}
+communicator::communicator(std::shared_ptr<collective_engine> engine,
+                           std::shared_ptr<const communicator_group> group,
+                           communicator_options options)
+    : engine_(std::move(engine)), group_(std::move(group)), options_(options) {
+  ids().used(*engine_->rt, options_.id);
+  if (const char* inc = std::getenv("VESSEL_INCARNATION"); inc != nullptr) {
+    incarnation_ = static_cast<std::uint32_t>(std::strtoul(inc, nullptr, 10));
+  }
+}
 
 communicator::~communicator() {
-  const auto pending = active_;
+  const auto pending = engine_->active;
   for (const auto& s : pending) {
-    if (!s->finished) (void)wait_for(*s);
+    if (s->owner == this && !s->finished) (void)engine_->wait_for(*s);
   }
 }
 
@@ -121,16 +399,125 @@ result<std::unique_ptr<communicator>> communicator::create(actors::runtime& rt,
       options.receive_window == 0) {
     return errc::invalid_argument;
   }
-  std::unique_ptr<communicator> c{new communicator(rt, options)};
+  std::vector<std::uint32_t> all(rt.size());
+  for (std::uint32_t i = 0; i < rt.size(); ++i) all[i] = i;
+  auto group = std::make_shared<const communicator_group>(std::move(all), rt.size(), rt.rank());
+  std::unique_ptr<communicator> c{
+      new communicator(std::make_shared<collective_engine>(rt), std::move(group), options)};
   VESSEL_TRY(c->selector_.apply_env(process_env()));
   return c;
 }
 
 std::uint32_t communicator::rank() const noexcept {
-  return rt_->rank();
+  return group_->self;
 }
 std::uint32_t communicator::size() const noexcept {
-  return rt_->size();
+  return group_->size();
+}
+std::uint32_t communicator::world_rank(std::uint32_t r) const noexcept {
+  return r < group_->size() ? group_->members[r] : not_a_member;
+}
+
+std::unique_ptr<communicator> communicator::child(const std::vector<std::uint32_t>& members,
+                                                  std::uint32_t id) const {
+  std::vector<std::uint32_t> world;
+  world.reserve(members.size());
+  for (std::uint32_t m : members) world.push_back(group_->members[m]);
+  auto group = std::make_shared<const communicator_group>(std::move(world), engine_->rt->size(),
+                                                          engine_->rt->rank());
+  communicator_options o = options_;
+  o.id = id;
+  std::unique_ptr<communicator> c{new communicator(engine_, std::move(group), o)};
+  c->selector_ = selector_;
+  return c;
+}
+
+result<std::vector<std::int64_t>> communicator::exchange(std::span<const std::int64_t> mine,
+                                                         const call_options& o) {
+  std::vector<std::int64_t> all(mine.size() * size());
+  call_options g = o;
+  g.algorithm = {};
+  auto r = iallgather(std::as_bytes(mine), std::as_writable_bytes(std::span{all}), dtype::int64, g);
+  VESSEL_TRY(r.wait());
+  return all;
+}
+
+result<std::unique_ptr<communicator>> communicator::split(int color, int key, call_options o) {
+  const std::uint32_t next = ids().next(*engine_->rt);
+  const std::int64_t mine[3] = {color < 0 ? -1 : color, key, next};
+  auto all = exchange(mine, o);
+  if (!all) return all.error();
+  const std::vector<std::int64_t>& v = all.value();
+  std::uint32_t new_id = 0;
+  for (std::uint32_t r = 0; r < size(); ++r) new_id = std::max(new_id, std::uint32_t(v[3 * r + 2]));
+  // Every member burns the id, whatever its color: ids of disjoint groups may repeat, but this
+  // way the next split agrees again without another round.
+  ids().used(*engine_->rt, new_id);
+  if (new_id > max_communicator_id) return errc::communicators_exhausted;
+  if (color < 0) return std::unique_ptr<communicator>{};
+  std::vector<std::uint32_t> members;
+  for (std::uint32_t r = 0; r < size(); ++r) {
+    if (v[3 * r] == color) members.push_back(r);
+  }
+  std::stable_sort(members.begin(), members.end(),
+                   [&](std::uint32_t a, std::uint32_t b) { return v[3 * a + 1] < v[3 * b + 1]; });
+  return child(members, new_id);
+}
+
+std::vector<std::uint32_t> communicator::dead_ranks() const {
+  return engine_->down_members(*group_);
+}
+
+result<std::unique_ptr<communicator>> communicator::shrink(call_options o) {
+  // Wait until every link has settled: a member between up and down (its connection dropped,
+  // the reconnect deadline not yet passed) may still come back.
+  const auto until = o.timeout == std::chrono::milliseconds::max()
+                         ? std::chrono::steady_clock::time_point::max()
+                         : std::chrono::steady_clock::now() + o.timeout;
+  for (;;) {
+    bool settled = true;
+    for (std::uint32_t m : group_->members) {
+      const actors::peer_state st = engine_->rt->peer_status(m);
+      settled &= st == actors::peer_state::up || st == actors::peer_state::down;
+    }
+    if (settled) break;
+    if (std::chrono::steady_clock::now() >= until) return errc::timed_out;
+    std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  }
+  const std::vector<std::uint32_t> dead = dead_ranks();
+  std::vector<std::uint32_t> survivors;
+  std::vector<std::int64_t> mask((size() + 62) / 63 + 1, 0);  // 63 bits per word, then next id
+  for (std::uint32_t r = 0; r < size(); ++r) {
+    if (std::find(dead.begin(), dead.end(), r) == dead.end()) {
+      survivors.push_back(r);
+    } else {
+      mask[r / 63] |= std::int64_t{1} << (r % 63);
+    }
+  }
+  mask.back() = ids().next(*engine_->rt);
+  // The agreement runs over the survivors under this communicator's id and next sequence
+  // number (every survivor burns it), so no new id is needed before one is agreed.
+  std::unique_ptr<communicator> agree = child(survivors, options_.id);
+  agree->sequence_ = sequence_++;
+  auto all = agree->exchange(mask, o);
+  if (!all) return all.error();
+  const std::size_t words = mask.size();
+  std::uint32_t new_id = 0;
+  for (std::uint32_t r = 0; r < agree->size(); ++r) {
+    const std::int64_t* theirs = all.value().data() + r * words;
+    if (!std::equal(mask.begin(), mask.end() - 1, theirs)) {
+      logger().error("rank {}: shrink of communicator {}: survivor {} sees other dead ranks",
+                     rank(), id(), r);
+      return errc::rank_failed;
+    }
+    new_id = std::max(new_id, static_cast<std::uint32_t>(theirs[words - 1]));
+  }
+  agree.reset();
+  ids().used(*engine_->rt, new_id);
+  if (new_id > max_communicator_id) return errc::communicators_exhausted;
+  logger().info("rank {}: communicator {} shrunk to {} of {} ranks (dead: {}) as communicator {}",
+                rank(), options_.id, survivors.size(), size(), rank_list(dead), new_id);
+  return child(survivors, new_id);
 }
 
 namespace {
@@ -152,20 +539,23 @@ collective_request communicator::start(collective_op op, algorithm_params params
   params.rank = rank();
   params.size = size();
   params.root = o.root;
-  const std::size_t largest = rt_->max_message_bytes() - header_bytes;
+  const std::size_t largest = engine_->rt->max_message_bytes() - header_bytes;
   params.chunk_bytes = std::min(o.chunk_bytes != 0 ? o.chunk_bytes : default_chunk_bytes, largest);
   // Every rank burns the sequence number, even on a local error, so the next call still agrees.
   const std::uint64_t sequence = sequence_++;
-  if (params.root >= params.size) return {this, failed_state(op, errc::invalid_argument)};
+  if (params.root >= params.size) return {engine_, failed_state(op, errc::invalid_argument)};
 
   auto name = selector_.select(op, params.size, message_bytes, o.algorithm);
-  if (!name) return {this, failed_state(op, name.error())};
+  if (!name) return {engine_, failed_state(op, name.error())};
   auto algo = make_algorithm(op, name.value(), params);
-  if (!algo) return {this, failed_state(op, algo.error())};
+  if (!algo) return {engine_, failed_state(op, algo.error())};
 
   auto s = std::make_shared<collective_state>();
   s->op = op;
   s->algorithm_name = std::string{name.value()};
+  s->owner = this;
+  s->group = group_;
+  s->comm_id = options_.id;
   s->sequence = sequence;
   s->tag = collective_tag(options_.id, sequence);
   s->algo = std::move(algo).value();
@@ -182,162 +572,25 @@ collective_request communicator::start(collective_op op, algorithm_params params
   s->timeout = o.timeout;
   s->touch();
 
+  collective_engine& e = *engine_;
   collective_state& st = *s;
-  auto emit = [this, &st](const send_step& step, std::span<const std::byte> bytes) {
-    send_chunk(st, step, bytes);
+  if (e.check_members(st)) {  // a member already gone: fail at once, send nothing
+    st.finished = true;
+    return {engine_, std::move(s)};
+  }
+  auto emit = [&e, &st](const send_step& step, std::span<const std::byte> bytes) {
+    e.send_chunk(st, step, bytes);
   };
   if (auto started = st.driver->start(emit); !started) {
-    fail(st, started.error());
+    e.fail(st, started.error());
   } else if (!st.error) {
     if (!st.driver->done()) {
-      for (std::size_t i = 0; i < st.receive_slots; ++i) post_receive(st, i);
+      for (std::size_t i = 0; i < st.receive_slots; ++i) e.post_receive(st, i);
     }
   }
-  (void)advance(st);
-  if (!st.finished) active_.push_back(s);
-  return {this, std::move(s)};
-}
-
-void communicator::post_receive(collective_state& s, std::size_t slot) {
-  actors::p2p_request& r = s.receives[slot];
-  actors::p2p_request::make_receive(r, actors::any_source, s.tag);
-  ++s.receives_posted;
-  rt_->submit(r);
-}
-
-void communicator::send_chunk(collective_state& s, const send_step& step,
-                              std::span<const std::byte> bytes) {
-  if (s.error) return;
-  if (s.sends_out == s.send_slots) {  // backpressure: wait for the oldest send's hand-over
-    actors::p2p_request& oldest = s.sends[s.send_head];
-    oldest.wait();
-    if (oldest.error) return fail(s, make_error_code(errc::transport_failed));
-    oldest.payload.reset();
-    s.send_head = (s.send_head + 1) % s.send_slots;
-    --s.sends_out;
-  }
-  io::buffer block = rt_->acquire_send_block(header_bytes + bytes.size());
-  if (!block) return fail(s, make_error_code(errc::invalid_argument));
-  put_u32(block.data(), step.step);
-  put_u32(block.data() + 4, step.chunk);
-  if (!bytes.empty()) std::memcpy(block.data() + header_bytes, bytes.data(), bytes.size());
-  actors::p2p_request& r = s.sends[(s.send_head + s.sends_out) % s.send_slots];
-  actors::p2p_request::make_send(r, step.peer, s.tag,
-                                 std::move(block).slice(0, header_bytes + bytes.size()));
-  ++s.sends_out;
-  rt_->submit(r);
-}
-
-void communicator::fail(collective_state& s, std::error_code ec) {
-  if (!s.error) s.error = ec;
-}
-
-bool communicator::advance(collective_state& s) {
-  if (s.finished) return false;
-  bool moved = false;
-  auto emit = [this, &s](const send_step& step, std::span<const std::byte> bytes) {
-    send_chunk(s, step, bytes);
-  };
-  while (!s.error && s.receives_posted > 0 && s.receives[s.receive_head].done()) {
-    actors::p2p_request& r = s.receives[s.receive_head];
-    const std::size_t slot = s.receive_head;
-    s.receive_head = (s.receive_head + 1) % s.receive_slots;
-    --s.receives_posted;
-    moved = true;
-    if (r.error) {
-      fail(s, make_error_code(errc::transport_failed));
-      logger().error("collective {} #{} ({}): receive failed: {}", to_string(s.op), s.sequence,
-                     s.algorithm_name, r.error.message());
-      break;
-    }
-    if (r.payload.size() < header_bytes) {
-      fail(s, make_error_code(errc::protocol_violation));
-      break;
-    }
-    const std::uint32_t step = get_u32(r.payload.data());
-    const std::uint32_t chunk = get_u32(r.payload.data() + 4);
-    auto delivered =
-        s.driver->deliver(r.source, step, chunk, received_chunk{std::move(r.payload)}, emit);
-    if (!delivered) {
-      fail(s, delivered.error());
-      break;
-    }
-    if (!s.error && !s.driver->done()) post_receive(s, slot);
-  }
-  while (s.sends_out > 0 && s.sends[s.send_head].done()) {
-    actors::p2p_request& r = s.sends[s.send_head];
-    if (r.error) fail(s, make_error_code(errc::transport_failed));
-    r.payload.reset();
-    s.send_head = (s.send_head + 1) % s.send_slots;
-    --s.sends_out;
-    moved = true;
-  }
-  if (moved) s.touch();
-  if (s.error || (s.driver->done() && s.sends_out == 0)) finish(s);
-  return moved || s.finished;
-}
-
-void communicator::finish(collective_state& s) {
-  // Receives still posted: nothing more is addressed to us under this tag once the algorithm
-  // is done, so a cancelled receive that got a message anyway means a broken peer.
-  while (s.receives_posted > 0) {
-    actors::p2p_request& r = s.receives[s.receive_head];
-    rt_->cancel(r);
-    if (!r.error && !s.error) fail(s, make_error_code(errc::protocol_violation));
-    r.payload.reset();
-    s.receive_head = (s.receive_head + 1) % s.receive_slots;
-    --s.receives_posted;
-  }
-  while (s.sends_out > 0) {  // their memory must outlive the reactor's use of them
-    actors::p2p_request& r = s.sends[s.send_head];
-    r.wait();
-    r.payload.reset();
-    s.send_head = (s.send_head + 1) % s.send_slots;
-    --s.sends_out;
-  }
-  s.finished = true;
-}
-
-bool communicator::progress() {
-  bool moved = false;
-  for (std::size_t i = 0; i < active_.size(); ++i) moved |= advance(*active_[i]);
-  std::erase_if(active_, [](const auto& s) { return s->finished; });
-  return moved;
-}
-
-result<void> communicator::wait_for(collective_state& s) {
-  while (!s.finished) {
-    if (progress() || s.finished) continue;
-    // Nothing moved: sleep on the oldest thing this collective waits for, briefly, since other
-    // active collectives may need driving too.
-    const auto now = std::chrono::steady_clock::now();
-    const auto until = now + std::chrono::milliseconds{1};
-    if (s.receives_posted > 0) {
-      (void)s.receives[s.receive_head].wait_until(until);
-    } else if (s.sends_out > 0) {
-      (void)s.sends[s.send_head].wait_until(until);
-    } else {
-      std::this_thread::yield();
-    }
-    for (const auto& other : active_) {
-      collective_state& a = *other;
-      if (a.finished || std::chrono::steady_clock::now() < a.deadline) continue;
-      std::vector<std::uint32_t> peers;
-      const std::uint32_t round = a.algo->waiting_for(peers);
-      std::string list;
-      for (std::uint32_t p : peers) list += (list.empty() ? "" : ",") + std::to_string(p);
-      logger().error(
-          "rank {}: collective {} #{} ({}) made no progress for {} ms: round {}, waiting for "
-          "rank(s) [{}], {} chunk(s) kept",
-          rank(), to_string(a.op), a.sequence, a.algorithm_name, a.timeout.count(), round, list,
-          a.driver->kept_count());
-      fail(a, make_error_code(errc::timed_out));
-      finish(a);
-    }
-    std::erase_if(active_, [](const auto& p) { return p->finished; });
-  }
-  if (s.error) return s.error;
-  return outcome::success();
+  (void)e.advance(st);
+  if (!st.finished) e.active.push_back(s);
+  return {engine_, std::move(s)};
 }
 
 // -- the operations
@@ -360,7 +613,7 @@ collective_request communicator::ibroadcast(std::span<const std::byte> input,
   const bool root = rank() == o.root;
   if (!whole_elements(output.size(), type) || (root && input.size() != output.size())) {
     ++sequence_;
-    return {this, failed_state(collective_op::broadcast, errc::size_mismatch)};
+    return {engine_, failed_state(collective_op::broadcast, errc::size_mismatch)};
   }
   algorithm_params p;
   p.count = output.size() / size_of(type);
@@ -375,7 +628,7 @@ collective_request communicator::ireduce(std::span<const std::byte> input,
   const bool root = rank() == o.root;
   if (!whole_elements(input.size(), type) || (root && output.size() != input.size())) {
     ++sequence_;
-    return {this, failed_state(collective_op::reduce, errc::size_mismatch)};
+    return {engine_, failed_state(collective_op::reduce, errc::size_mismatch)};
   }
   algorithm_params p;
   p.count = input.size() / size_of(type);
@@ -390,7 +643,7 @@ collective_request communicator::iallreduce(std::span<const std::byte> input,
                                             call_options o) {
   if (!whole_elements(input.size(), type) || output.size() != input.size()) {
     ++sequence_;
-    return {this, failed_state(collective_op::allreduce, errc::size_mismatch)};
+    return {engine_, failed_state(collective_op::allreduce, errc::size_mismatch)};
   }
   algorithm_params p;
   p.count = input.size() / size_of(type);
@@ -404,7 +657,7 @@ collective_request communicator::iallgather(std::span<const std::byte> input,
                                             call_options o) {
   if (!whole_elements(input.size(), type) || output.size() != input.size() * size()) {
     ++sequence_;
-    return {this, failed_state(collective_op::allgather, errc::size_mismatch)};
+    return {engine_, failed_state(collective_op::allgather, errc::size_mismatch)};
   }
   algorithm_params p;
   p.count = input.size() / size_of(type);
@@ -417,7 +670,7 @@ collective_request communicator::ireduce_scatter(std::span<const std::byte> inpu
                                                  reduce_op op, call_options o) {
   if (!whole_elements(output.size(), type) || input.size() != output.size() * size()) {
     ++sequence_;
-    return {this, failed_state(collective_op::reduce_scatter, errc::size_mismatch)};
+    return {engine_, failed_state(collective_op::reduce_scatter, errc::size_mismatch)};
   }
   algorithm_params p;
   p.count = output.size() / size_of(type);
@@ -431,7 +684,7 @@ collective_request communicator::igather(std::span<const std::byte> input,
   const bool root = rank() == o.root;
   if (!whole_elements(input.size(), type) || (root && output.size() != input.size() * size())) {
     ++sequence_;
-    return {this, failed_state(collective_op::gather, errc::size_mismatch)};
+    return {engine_, failed_state(collective_op::gather, errc::size_mismatch)};
   }
   algorithm_params p;
   p.count = input.size() / size_of(type);
@@ -445,7 +698,7 @@ collective_request communicator::iscatter(std::span<const std::byte> input,
   const bool root = rank() == o.root;
   if (!whole_elements(output.size(), type) || (root && input.size() != output.size() * size())) {
     ++sequence_;
-    return {this, failed_state(collective_op::scatter, errc::size_mismatch)};
+    return {engine_, failed_state(collective_op::scatter, errc::size_mismatch)};
   }
   algorithm_params p;
   p.count = output.size() / size_of(type);
@@ -460,7 +713,7 @@ collective_request communicator::ialltoall(std::span<const std::byte> input,
   const std::size_t block = size_of(type) * size();
   if (block == 0 || input.size() % block != 0 || output.size() != input.size()) {
     ++sequence_;
-    return {this, failed_state(collective_op::alltoall, errc::size_mismatch)};
+    return {engine_, failed_state(collective_op::alltoall, errc::size_mismatch)};
   }
   algorithm_params p;
   p.count = input.size() / block;

@@ -13,6 +13,18 @@
 //   bits 48..61 = communicator id (14 bits), bits 0..47 = sequence number of the collective.
 // Every chunk carries an 8-byte header (algorithm step, chunk index), little-endian, then data.
 //
+// Communicators: create() makes the world over a runtime; split(), dup() and shrink() make
+// children that share its driver (one list of active collectives per family), so waiting on a
+// collective of any of them drives all of them. A child's id is agreed on the parent: the max of
+// every member's next free id (process-wide per runtime), so it is new to each member and two
+// communicators a rank belongs to never share an id. A family is used from one thread at a time.
+//
+// Failures (docs/collective_algorithms.md, "Failures"): a link that drops and comes back is the
+// mesh's business (messages are resent, once, in order), the collective only waits. A member
+// whose link goes down (not back within VESSEL_RECONNECT_TIMEOUT_MS, or silent past
+// VESSEL_PEER_TIMEOUT_MS) fails every collective of the communicator with errc::rank_failed;
+// detail() names the dead ranks; shrink() then agrees on the survivors.
+//
 // Flow: at most max_sends_in_flight chunk sends outstanding per collective (emit waits for the
 // oldest one beyond that; a send completes once the link accepted it) and receive_window
 // receives posted (any source, the collective's tag); unexpected chunks beyond those are held
@@ -23,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -62,8 +75,13 @@ struct communicator_options {
   std::size_t receive_window = 8;       ///< receives posted ahead per collective
 };
 
+/// split(): this rank joins no new communicator.
+inline constexpr int undefined_color = -1;
+
 class communicator;
 struct collective_state;
+struct collective_engine;
+struct communicator_group;
 
 /// A non-blocking collective in progress. Move-only; destroying an unfinished one waits for it.
 class collective_request {
@@ -79,11 +97,15 @@ class collective_request {
   /// Advances without blocking; true once done (wait() then returns at once).
   bool test();
   bool valid() const noexcept { return state_ != nullptr; }
+  /// Once failed: what happened, e.g. "allreduce #4 (ring): rank(s) [3] down (world rank(s)
+  /// [3])"; empty otherwise.
+  std::string detail() const;
 
  private:
   friend class communicator;
-  collective_request(communicator* owner, std::shared_ptr<collective_state> s) noexcept;
-  communicator* owner_ = nullptr;
+  collective_request(std::shared_ptr<collective_engine> engine,
+                     std::shared_ptr<collective_state> s) noexcept;
+  std::shared_ptr<collective_engine> engine_;
   std::shared_ptr<collective_state> state_;
 };
 
@@ -99,7 +121,29 @@ class communicator {
 
   std::uint32_t rank() const noexcept;
   std::uint32_t size() const noexcept;
+  std::uint32_t id() const noexcept { return options_.id; }
+  /// The runtime (world) rank of member `r` of this communicator.
+  std::uint32_t world_rank(std::uint32_t r) const noexcept;
   algorithm_selector& selector() noexcept { return selector_; }
+
+  // -- New communicators. Collective over this one (every member calls, in the same order as
+  // its other collectives); each burns one sequence number here.
+
+  /// Members with the same `color` form a new communicator, ranked by (key, rank here). Null for
+  /// color undefined_color (or any negative color). The child inherits the selector.
+  result<std::unique_ptr<communicator>> split(int color, int key, call_options o = {});
+  /// Same members, same ranks, a new id: its collectives never meet this one's.
+  result<std::unique_ptr<communicator>> dup(call_options o = {}) { return split(0, int(rank()), o); }
+  /// After errc::rank_failed: the members whose links are not down, in the same order. Waits
+  /// (up to o.timeout) until no member's link is between up and down, then agrees with the
+  /// survivors on who is left (errc::rank_failed if they disagree: call it again).
+  result<std::unique_ptr<communicator>> shrink(call_options o = {});
+  /// Members (ranks here) whose links the runtime reports down, ascending.
+  std::vector<std::uint32_t> dead_ranks() const;
+  /// True when this process is a restart (VESSEL_INCARNATION > 0, set by vessel-run --restart):
+  /// the app must rejoin what its peers are doing, it has no state of its old self.
+  bool restarted() const noexcept { return incarnation_ > 0; }
+  std::uint32_t incarnation() const noexcept { return incarnation_; }
 
   // Non-blocking forms; each blocking one is the same call followed by wait(). Spans: counts in
   // elements of `type`. In place: pass the same memory as input and output (allgather/gather:
@@ -170,22 +214,22 @@ class communicator {
 
  private:
   friend class collective_request;
-  communicator(actors::runtime& rt, communicator_options options);
-  /// One pass over every active collective; true if anything moved.
-  bool progress();
-  bool advance(collective_state& s);
-  result<void> wait_for(collective_state& s);
-  void post_receive(collective_state& s, std::size_t slot);
-  void send_chunk(collective_state& s, const send_step& step, std::span<const std::byte> bytes);
-  void fail(collective_state& s, std::error_code ec);
-  /// Cancels what is still posted, waits for the sends' hand-over, marks it finished.
-  void finish(collective_state& s);
+  communicator(std::shared_ptr<collective_engine> engine,
+               std::shared_ptr<const communicator_group> group, communicator_options options);
+  /// A child over `members` (ranks here) with id `id`, sharing this one's driver and selector.
+  std::unique_ptr<communicator> child(const std::vector<std::uint32_t>& members,
+                                      std::uint32_t id) const;
+  /// Allgathers `mine` (n int64 per rank) over this communicator: the agreement under split and
+  /// shrink.
+  result<std::vector<std::int64_t>> exchange(std::span<const std::int64_t> mine,
+                                             const call_options& o);
 
-  actors::runtime* rt_;
+  std::shared_ptr<collective_engine> engine_;
+  std::shared_ptr<const communicator_group> group_;
   communicator_options options_;
   algorithm_selector selector_;
   std::uint64_t sequence_ = 0;
-  std::vector<std::shared_ptr<collective_state>> active_;
+  std::uint32_t incarnation_ = 0;
 };
 
 }  // namespace vessel::collectives

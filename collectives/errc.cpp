@@ -20,6 +20,8 @@ class collectives_error_category final : public std::error_category {
       case errc::unsupported_isa: return "instruction set not supported by this CPU";
       case errc::timed_out: return "collective timed out waiting for peers";
       case errc::transport_failed: return "a send or receive of the collective failed";
+      case errc::rank_failed: return "a rank of the communicator is gone (link down)";
+      case errc::communicators_exhausted: return "no communicator id left";
     }
     return "unknown vessel.collectives error";
   }

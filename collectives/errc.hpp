@@ -17,6 +17,9 @@ enum class errc {
   unsupported_isa,     ///< a reduction kernel instruction set this CPU does not have.
   timed_out,           ///< a collective over real ranks saw no progress within its timeout.
   transport_failed,    ///< a send or receive of a collective failed (link down, shutdown).
+  rank_failed,         ///< a member rank is gone for good (its link is down); the request's
+                       ///< detail() names it; communicator::shrink() continues without it.
+  communicators_exhausted,  ///< no communicator id left (14 bits, per runtime).
 };
 
 const std::error_category& collectives_category() noexcept;

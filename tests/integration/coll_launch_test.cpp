@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <string>
 
+#include "actors/errc.hpp"
+#include "actors/kv_store_client.hpp"
 #include "tests/integration/rank_launcher.hpp"
 
 namespace {
@@ -13,6 +17,27 @@ namespace {
 using vessel::test::launch_ranks;
 using vessel::test::launch_result;
 using vessel::test::launch_spec;
+using namespace std::chrono_literals;
+
+launch_spec coll_spec(int ranks, const std::string& mode) {
+  launch_spec spec;
+  spec.program = COLL_RANKS_PATH;
+  spec.args = {mode};
+  spec.ranks = ranks;
+  spec.timeout = std::chrono::seconds{180};
+  return spec;
+}
+
+void expect_ok(const launch_result& r, const std::string& mode) {
+  EXPECT_FALSE(r.timed_out) << "ranks killed after the timeout";
+  for (std::size_t i = 0; i < r.exit_codes.size(); ++i) {
+    EXPECT_EQ(r.exit_codes[i], 0) << "rank " << i << " output:\n" << r.outputs[i];
+    EXPECT_NE(r.outputs[i].find("OK rank " + std::to_string(i) + " coll " + mode),
+              std::string::npos)
+        << "rank " << i << ":\n"
+        << r.outputs[i];
+  }
+}
 
 void run_matrix(int ranks, const std::string& mode) {
   launch_spec spec;
@@ -58,6 +83,80 @@ TEST(CollectivesOverRanks, MissingRankTimesOutNamingIt) {
   EXPECT_EQ(r.exit_codes[1], 0) << r.outputs[1];
   EXPECT_NE(r.outputs[0].find("allreduce #0"), std::string::npos) << r.outputs[0];
   EXPECT_NE(r.outputs[0].find("waiting for rank(s) [1]"), std::string::npos) << r.outputs[0];
+}
+
+TEST(CollectivesOverRanks, SplitDupAndInterleavedCommunicators) {
+  // 4 ranks: dup, split by parity with reversed keys, a split that rank 0 opts out of, six
+  // non-blocking collectives on world/dup/split in flight at once, waited in per-rank orders.
+  const launch_result r = launch_ranks(coll_spec(4, "comms"));
+  expect_ok(r, "comms");
+}
+
+TEST(CollectivesOverRanks, SplitOnFiveRanks) {
+  const launch_result r = launch_ranks(coll_spec(5, "comms"));
+  expect_ok(r, "comms");
+}
+
+TEST(CollectivesOverRanks, LinkDroppedMidCollectiveCompletesWithoutError) {
+  // Restart-on-failure case 1, in process: rank 0 cuts its link to rank 1 while each large
+  // allreduce is still in progress; every result must be right and no call may fail.
+  const launch_result r = launch_ranks(coll_spec(3, "linkdrop"));
+  expect_ok(r, "linkdrop");
+  EXPECT_EQ(r.outputs[0].find("reconnects 0,"), std::string::npos) << r.outputs[0];
+}
+
+TEST(CollectivesOverRanks, LinkKilledFromOutsideWithSsCompletesWithoutError) {
+  // Case 1 from outside: the kernel kills the ranks' sockets (ss -K) again and again until rank
+  // 0 has seen its link reconnect and says so in the store; no sleep decides when.
+  if (std::system("ss -K dst 127.0.0.1 dport = 1 > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "ss -K unavailable (needs iproute2 and CONFIG_INET_DIAG_DESTROY)";
+  }
+  int kills = 0;
+  const launch_result r = launch_ranks(coll_spec(2, "sscut"), [&](std::uint16_t store_port) {
+    auto store = vessel::actors::kv_store_client::connect(
+        vessel::actors::endpoint{"127.0.0.1", store_port}, 30s);
+    ASSERT_TRUE(store) << store.error().detail;
+    auto record = store.value()->get("vessel/mesh/addr/0", 30s);  // rank 1 dials rank 0 here
+    ASSERT_TRUE(record) << record.error().detail;
+    const std::string text(reinterpret_cast<const char*>(record.value().data()),
+                           record.value().size());
+    const auto colon = text.find(':', text.find("tcp="));
+    ASSERT_NE(colon, std::string::npos) << text;
+    const std::string port = std::to_string(std::stoi(text.substr(colon + 1)));
+    const std::string cmd = "ss -K '( dport = " + port + " or sport = " + port +
+                            " )' dst 127.0.0.1 2>/dev/null | grep -c ESTAB > /dev/null";
+    for (int round = 0; round < 400; ++round) {
+      auto done = store.value()->get("coll/cut/done", 200ms);
+      if (done || done.error().code != vessel::actors::make_error_code(
+                                            vessel::actors::errc::store_timeout)) {
+        break;
+      }
+      kills += std::system(cmd.c_str()) == 0 ? 1 : 0;
+    }
+  });
+  expect_ok(r, "sscut");
+  EXPECT_GT(kills, 0) << "ss -K never found the ranks' connection";
+  std::printf("ss -K rounds that killed a connection: %d\n%s", kills, r.outputs[0].c_str());
+}
+
+TEST(CollectivesOverRanks, DeadRankFailsEverySurvivorNamingItThenShrink) {
+  // Case 3: rank 3 of 4 SIGKILLs itself inside an allreduce and stays dead. Each survivor's
+  // allreduce fails with errc::rank_failed naming world rank 3 once the link is down (reconnect
+  // deadline 1.5 s here, far below the collective's 120 s timeout); shrink() then gives the
+  // three survivors a communicator whose allreduce is right.
+  launch_spec spec = coll_spec(4, "rankdeath");
+  spec.extra_env["VESSEL_RECONNECT_TIMEOUT_MS"] = "1500";
+  const launch_result r = launch_ranks(spec);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_codes[3], 128 + 9) << r.outputs[3];
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.exit_codes[i], 0) << "rank " << i << ":\n" << r.outputs[i];
+    EXPECT_NE(r.outputs[i].find("OK rank " + std::to_string(i) + " coll rankdeath"),
+              std::string::npos)
+        << r.outputs[i];
+    EXPECT_NE(r.outputs[i].find("world rank(s) [3]"), std::string::npos) << r.outputs[i];
+    EXPECT_NE(r.outputs[i].find("shrunk to 3 ranks"), std::string::npos) << r.outputs[i];
+  }
 }
 
 }  // namespace

@@ -8,19 +8,36 @@
 //                      reduce_scatter)
 //   coll_ranks timeout rank 0 runs an allreduce that rank 1 never joins: errc::timed_out
 //   coll_ranks quick   the default algorithm per op, int32 and float32, 0/7/1000 and 1<<18
+//   coll_ranks comms   split/dup: ranks, ids, sizes; then non-blocking collectives on world, a
+//                      dup and a split in flight together, waited in a rank-dependent order
+//   coll_ranks linkdrop  rank 0 drops its connection to rank 1 (drop_connection) while a large
+//                      allreduce is in progress, several times: every result right, no error
+//   coll_ranks sscut   allreduces until rank 0 saw its link to rank 1 reconnect (the test kills
+//                      the sockets with ss -K until rank 0 sets the store key coll/cut/done)
+//   coll_ranks rankdeath  the last rank SIGKILLs itself inside an allreduce: the survivors get
+//                      errc::rank_failed naming it, shrink() and allreduce on the rest
 //
 // Values: integers are small (exact sums in every order); floats are non-integers checked
 // against a float64 reference within |ref| * eps * world + eps (eps: 2^-20 for float32, 2^-45
 // for float64); bfloat16 values are integers in [-2, 2] (exact in bfloat16 for every sum here).
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <functional>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "actors/comm.hpp"
+#include "actors/kv_store_client.hpp"
+#include "actors/runtime.hpp"
 #include "collectives/communicator.hpp"
 #include "collectives/errc.hpp"
 #include "collectives/selection.hpp"
@@ -256,6 +273,150 @@ void run_overlapped(communicator& c, checker& ck) {
   }
 }
 
+/// Sum over `ranks` of value(int32, r + offset, i).
+double sum_over(const std::vector<std::uint32_t>& ranks, std::uint32_t offset, std::size_t i) {
+  double s = 0;
+  for (std::uint32_t r : ranks) s += value(dtype::int32, r + offset, i);
+  return s;
+}
+
+std::vector<std::uint32_t> members_of(const communicator& c) {
+  std::vector<std::uint32_t> m;
+  for (std::uint32_t r = 0; r < c.size(); ++r) m.push_back(c.world_rank(r));
+  return m;
+}
+
+void expect_true(checker& ck, bool ok, const std::string& what) {
+  ++ck.runs;
+  if (ok) return;
+  ++ck.failures;
+  std::printf("FAIL rank %u %s\n", ck.rank, what.c_str());
+}
+
+/// split/dup, then collectives on three communicators in flight at once.
+void run_comms(communicator& world, checker& ck) {
+  const std::uint32_t p = world.size();
+  const std::uint32_t me = world.rank();
+  ck.what = "dup";
+  auto dup = world.dup();
+  ck.ok(dup.has_value() ? vessel::result<void>{vessel::outcome::success()} : dup.error());
+  if (!dup) return;
+  communicator& d = *dup.value();
+  expect_true(ck, d.size() == p && d.rank() == me && d.id() != world.id(),
+              "dup: size " + std::to_string(d.size()) + " rank " + std::to_string(d.rank()) +
+                  " id " + std::to_string(d.id()));
+
+  // Colors by parity, keys reversed: color c holds the ranks r % 2 == c, highest rank first.
+  ck.what = "split";
+  auto split = world.split(int(me % 2), -int(me));
+  ck.ok(split.has_value() ? vessel::result<void>{vessel::outcome::success()} : split.error());
+  if (!split) return;
+  communicator& sp = *split.value();
+  std::vector<std::uint32_t> expected;
+  for (std::uint32_t r = p; r-- > 0;) {
+    if (r % 2 == me % 2) expected.push_back(r);
+  }
+  expect_true(ck, members_of(sp) == expected && sp.world_rank(sp.rank()) == me,
+              "split: members differ (size " + std::to_string(sp.size()) + ")");
+  expect_true(ck, sp.id() != world.id() && sp.id() != d.id(), "split: id reused");
+
+  // Rank 0 opts out; the rest form one communicator.
+  ck.what = "split undefined";
+  auto rest = world.split(me == 0 ? undefined_color : 7, int(me));
+  ck.ok(rest.has_value() ? vessel::result<void>{vessel::outcome::success()} : rest.error());
+  if (rest) {
+    expect_true(ck, me == 0 ? rest.value() == nullptr
+                            : rest.value() != nullptr && rest.value()->size() == p - 1 &&
+                                  rest.value()->rank() == me - 1,
+                "split undefined: wrong membership");
+    if (rest.value()) {
+      bytes in = make(dtype::int32, me, 0, 64), out(in.size());
+      ck.ok(rest.value()->allreduce(in, out, dtype::int32, reduce_op::sum));
+      std::vector<std::uint32_t> m;
+      for (std::uint32_t r = 1; r < p; ++r) m.push_back(r);
+      for (std::size_t i = 0; i < 64; ++i) ck.expect(out, i, dtype::int32, sum_over(m, 0, i));
+    }
+  }
+
+  // In flight together: two on each communicator, waited in an order that differs by rank.
+  ck.what = "interleaved";
+  const std::size_t n = 60000;
+  call_options small_chunks;
+  small_chunks.chunk_bytes = 16384;  // many chunks each, so that they really overlap
+  small_chunks.algorithm = "ring";
+  small_chunks.timeout = std::chrono::seconds{60};
+  call_options dflt;
+  dflt.timeout = std::chrono::seconds{60};
+  const std::vector<std::uint32_t> wm = members_of(world), dm = members_of(d),
+                                   sm = members_of(sp);
+  bytes wa = make(dtype::int32, me, 0, n), wr(wa.size());
+  bytes da = make(dtype::int32, me + 100, 0, n), dr(da.size());
+  bytes sa = make(dtype::int32, me + 200, 0, n), sr(sa.size());
+  bytes wg = make(dtype::int32, me + 300, 0, 1000), wgr(wg.size() * p);
+  bytes db = me == 0 ? make(dtype::int32, 400, 0, 5000) : bytes{}, dbr(5000 * 4);
+  bytes sg = make(dtype::int32, me + 500, 0, 1000), sgr(sg.size() * sp.size());
+  std::vector<collective_request> reqs;
+  reqs.push_back(world.iallreduce(wa, wr, dtype::int32, reduce_op::sum, small_chunks));
+  reqs.push_back(d.iallreduce(da, dr, dtype::int32, reduce_op::sum, small_chunks));
+  reqs.push_back(sp.iallreduce(sa, sr, dtype::int32, reduce_op::sum, small_chunks));
+  reqs.push_back(world.iallgather(wg, wgr, dtype::int32, dflt));
+  reqs.push_back(d.ibroadcast(db, dbr, dtype::int32, dflt));
+  reqs.push_back(sp.iallgather(sg, sgr, dtype::int32, dflt));
+  for (std::size_t k = 0; k < reqs.size(); ++k) {
+    const std::size_t which = (k * (me + 1) + me) % reqs.size();  // a permutation when gcd = 1
+    if (reqs[which].valid()) ck.ok(reqs[which].wait());
+  }
+  for (auto& r : reqs) ck.ok(r.wait());  // those the permutation missed; finished ones at once
+  for (std::size_t i = 0; i < n; ++i) {
+    ck.expect(wr, i, dtype::int32, sum_over(wm, 0, i));
+    ck.expect(dr, i, dtype::int32, sum_over(dm, 100, i));
+    ck.expect(sr, i, dtype::int32, sum_over(sm, 200, i));
+  }
+  for (std::uint32_t r = 0; r < p; ++r) {
+    for (std::size_t i = 0; i < 1000; ++i) {
+      ck.expect(wgr, r * 1000 + i, dtype::int32, value(dtype::int32, r + 300, i));
+    }
+  }
+  for (std::size_t i = 0; i < 5000; ++i) ck.expect(dbr, i, dtype::int32, value(dtype::int32, 400, i));
+  for (std::uint32_t r = 0; r < sp.size(); ++r) {
+    for (std::size_t i = 0; i < 1000; ++i) {
+      ck.expect(sgr, r * 1000 + i, dtype::int32, value(dtype::int32, sm[r] + 500, i));
+    }
+  }
+  // A dup of a split, then blocking collectives on all four: same sequence numbers, new ids.
+  ck.what = "dup of split";
+  auto dsp = sp.dup();
+  ck.ok(dsp.has_value() ? vessel::result<void>{vessel::outcome::success()} : dsp.error());
+  if (dsp) {
+    expect_true(ck, dsp.value()->id() != sp.id() && dsp.value()->size() == sp.size(),
+                "dup of split: id or size");
+    bytes in = make(dtype::int32, me, 0, 100), out(in.size());
+    ck.ok(dsp.value()->allreduce(in, out, dtype::int32, reduce_op::sum));
+    for (std::size_t i = 0; i < 100; ++i) ck.expect(out, i, dtype::int32, sum_over(sm, 0, i));
+  }
+  ck.ok(world.barrier());
+}
+
+/// One large allreduce on `c`, checked; rank 0 runs `mid` while it is still in progress (once
+/// test() said not done). Returns whether `mid` ran.
+bool checked_allreduce(communicator& c, checker& ck, std::size_t n, const std::function<void()>& mid) {
+  call_options o;
+  o.algorithm = "ring";
+  o.chunk_bytes = 65536;
+  o.timeout = std::chrono::seconds{60};
+  bytes in = make(dtype::int32, c.rank(), 0, n), out(in.size());
+  auto h = c.iallreduce(in, out, dtype::int32, reduce_op::sum, o);
+  bool ran = false;
+  if (c.rank() == 0 && !h.test()) {
+    mid();
+    ran = true;
+  }
+  ck.ok(h.wait());
+  const std::vector<std::uint32_t> m = members_of(c);
+  for (std::size_t i = 0; i < n; ++i) ck.expect(out, i, dtype::int32, sum_over(m, 0, i));
+  return ran;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -286,6 +447,133 @@ int main(int argc, char** argv) {
       return 0;
     }
     checker ck{c.rank(), 0, 0, {}};
+    auto report = [&](const char* name) {
+      if (ck.failures != 0) {
+        std::printf("FAILED rank %u %s: %d failure(s) in %d checks\n", ck.rank, name, ck.failures,
+                    ck.runs);
+        return 1;
+      }
+      std::printf("OK rank %u coll %s %d\n", ck.rank, name, ck.runs);
+      return 0;
+    };
+    if (mode == "comms") {
+      run_comms(c, ck);
+      made.value().reset();
+      world.finalize();
+      return report("comms");
+    }
+    if (mode == "linkdrop") {
+      // Rank 0 cuts its link to rank 1 inside each of 4 large allreduces; the mesh resends.
+      vessel::actors::runtime& rt = world.runtime();
+      int cuts = 0;
+      for (int iter = 0; iter < 4; ++iter) {
+        ck.what = "linkdrop " + std::to_string(iter);
+        cuts += checked_allreduce(c, ck, std::size_t{1} << 18, [&] { rt.drop_connection(1); })
+                    ? 1
+                    : 0;
+      }
+      if (c.rank() == 0) {
+        // Each cut must have been survived by a reconnect (not by luck before the cut landed).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds{60};
+        while (rt.link_stats(1).reconnects == 0 && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds{10});
+        }
+        const auto st = rt.link_stats(1);
+        std::printf("rank 0: cuts inside a collective %d, reconnects %llu, retransmits %llu\n",
+                    cuts, static_cast<unsigned long long>(st.reconnects),
+                    static_cast<unsigned long long>(st.retransmits));
+        expect_true(ck, cuts > 0 && st.reconnects > 0, "linkdrop: no cut landed mid-collective");
+      }
+      ck.ok(c.barrier());
+      made.value().reset();
+      world.finalize();
+      return report("linkdrop");
+    }
+    if (mode == "sscut") {
+      // The test kills the sockets from outside until rank 0 says it saw a reconnect; rank 0
+      // tells the others through a broadcast whether to go on.
+      vessel::actors::runtime& rt = world.runtime();
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds{90};
+      int iterations = 0;
+      for (;;) {
+        ck.what = "sscut " + std::to_string(iterations);
+        checked_allreduce(c, ck, std::size_t{1} << 17, [] {});
+        ++iterations;
+        std::int32_t go = 0;
+        if (c.rank() == 0) {
+          go = rt.link_stats(1).reconnects == 0 && std::chrono::steady_clock::now() < until;
+        }
+        bytes flag(4), got(4);
+        std::memcpy(flag.data(), &go, 4);
+        ck.ok(c.broadcast(flag, got, dtype::int32));
+        std::memcpy(&go, got.data(), 4);
+        if (go == 0) break;
+      }
+      if (c.rank() == 0) {
+        const auto st = rt.link_stats(1);
+        std::printf("rank 0: %d allreduces, reconnects %llu, retransmits %llu\n", iterations,
+                    static_cast<unsigned long long>(st.reconnects),
+                    static_cast<unsigned long long>(st.retransmits));
+        (void)rt.store().set("coll/cut/done", std::string_view{"1"});
+        expect_true(ck, st.reconnects > 0, "sscut: the link never reconnected");
+      }
+      ck.ok(c.barrier());
+      made.value().reset();
+      world.finalize();
+      return report("sscut");
+    }
+    if (mode == "rankdeath") {
+      // The last rank dies for good inside an allreduce; the others must fail, typed and named,
+      // then continue on the survivors.
+      ck.what = "rankdeath warm-up";
+      ck.ok(c.barrier());
+      const std::uint32_t victim = c.size() - 1;
+      const std::size_t n = std::size_t{1} << 18;
+      bytes in = make(dtype::int32, c.rank(), 0, n), out(in.size());
+      call_options o;
+      o.timeout = std::chrono::seconds{120};  // far beyond the reconnect deadline
+      auto h = c.iallreduce(in, out, dtype::int32, reduce_op::sum, o);
+      if (c.rank() == victim) {
+        std::fflush(stdout);
+        ::kill(::getpid(), SIGKILL);
+      }
+      ck.what = "rankdeath allreduce";
+      auto r = h.wait();
+      const std::string detail = h.detail();
+      std::printf("rank %u: allreduce: %s; %s\n", c.rank(),
+                  r ? "succeeded" : r.error().message().c_str(), detail.c_str());
+      const std::string named = "world rank(s) [" + std::to_string(victim) + "]";
+      expect_true(ck, !r && r.error() == make_error_code(errc::rank_failed) &&
+                          detail.find(named) != std::string::npos,
+                  "rankdeath: want rank_failed naming " + named);
+      expect_true(ck, c.dead_ranks() == std::vector<std::uint32_t>{victim}, "dead_ranks()");
+      // Later collectives fail at once, same error.
+      ck.what = "rankdeath barrier";
+      auto b = c.barrier(o);
+      expect_true(ck, !b && b.error() == make_error_code(errc::rank_failed),
+                  "rankdeath: a later barrier did not fail with rank_failed");
+      ck.what = "shrink";
+      call_options so;
+      so.timeout = std::chrono::seconds{60};
+      auto shrunk = c.shrink(so);
+      ck.ok(shrunk.has_value() ? vessel::result<void>{vessel::outcome::success()}
+                               : shrunk.error());
+      if (shrunk) {
+        communicator& s = *shrunk.value();
+        expect_true(ck, s.size() == victim && s.rank() == c.rank(), "shrink: size or rank");
+        bytes out2(in.size());
+        ck.what = "allreduce after shrink";
+        ck.ok(s.allreduce(in, out2, dtype::int32, reduce_op::sum, so));
+        const std::vector<std::uint32_t> m = members_of(s);
+        for (std::size_t i = 0; i < n; ++i) ck.expect(out2, i, dtype::int32, sum_over(m, 0, i));
+        ck.ok(s.barrier(so));
+        std::printf("rank %u: shrunk to %u ranks (communicator %u)\n", c.rank(), s.size(), s.id());
+      }
+      if (shrunk) shrunk.value().reset();  // the child goes before its parent
+      made.value().reset();
+      world.abort();  // finalize() would wait in a barrier for the dead rank
+      return report("rankdeath");
+    }
     const bool full = mode == "full";
     const std::vector<dtype> types =
         full ? std::vector<dtype>{dtype::int32, dtype::float32, dtype::float64, dtype::bfloat16}
