@@ -53,7 +53,12 @@ class timer_queue {
   void drop_cancelled_top() noexcept;
 
   std::vector<entry> heap_;  // std::push_heap with greater<>: min-heap; cancelled ids linger lazily
-  std::unordered_map<timer_id, std::function<void()>> callbacks_;
+  using callback_map = std::unordered_map<timer_id, std::function<void()>>;
+  /// A node of a timer that ran or was cancelled, reused by the next add(): a transport that
+  /// re-arms a timer every period (the shm watchdog) then allocates nothing in steady state.
+  void recycle(callback_map::node_type node) noexcept;
+  callback_map callbacks_;
+  std::vector<callback_map::node_type> spare_;
   timer_id next_id_ = 1;
 };
 

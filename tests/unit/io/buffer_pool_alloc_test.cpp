@@ -6,9 +6,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 
 #include "io/buffer_pool.hpp"
+#include "io/timer_queue.hpp"
 
 namespace {
 std::atomic<std::size_t> g_news{0};
@@ -101,6 +103,32 @@ TEST(buffer_pool_alloc, acquire_copy_slice_and_release_never_allocate) {
   EXPECT_EQ(exhaustions, 10'000);
   EXPECT_EQ(bytes_seen, 10'000u * (4 + 4096 + 4096));
   pool.set_available_callback({});
+}
+
+// A timer re-armed from its own callback every period (the shm watchdog) and one cancelled and
+// re-added per message (a retry timer) reuse the queue's nodes: no allocation once warm.
+TEST(timer_queue_alloc, rearming_and_cancelling_timers_never_allocate_once_warm) {
+  timer_queue q;
+  int fired = 0;
+  int cancelled = 0;
+  std::function<void()> rearm;
+  rearm = [&] {
+    ++fired;
+    q.add(timer_queue::clock::time_point{}, [&] { rearm(); });
+  };
+  const auto step = [&] {
+    q.run_due(timer_queue::clock::now());  // runs the re-armed one, which re-arms itself
+    const timer_id retry = q.add(timer_queue::clock::time_point::max(), [&] { ++fired; });
+    cancelled += q.cancel(retry) ? 1 : 0;
+  };
+  q.add(timer_queue::clock::time_point{}, [&] { rearm(); });
+  for (int i = 0; i < 1000; ++i) step();  // warm: nodes, heap and spare list reach their sizes
+  const std::size_t before = g_news.load();
+  for (int i = 0; i < 10'000; ++i) step();
+  const std::size_t allocations = g_news.load() - before;
+  EXPECT_EQ(allocations, 0u);
+  EXPECT_GE(fired, 10'000);
+  EXPECT_EQ(cancelled, 11'000);
 }
 
 }  // namespace
