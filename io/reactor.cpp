@@ -300,6 +300,12 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
   reap();
 }
 
+bool reactor::work_waiting() noexcept {
+  return io_uring_cq_ready(&ring_) != 0 || !local_.empty() ||
+         (IO_URING_READ_ONCE(*ring_.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0 ||
+         ((state_.load(std::memory_order_acquire) >> 1) & count_mask) != (consumed_ & count_mask);
+}
+
 // Busy-poll is off by default (reactor_config::busy_poll = 0). Measured on the 2-core VMs with
 // vessel-bench transport tcp (8 B ping-pong, both ends spinning): 20 us window, half round trip
 // 53.5 us against 12.1 us without (advantage 0.22 vs 0.71); 50 us window, 115 us (0.10). A

@@ -142,6 +142,11 @@ class reactor {
   /// Cancels a timer: its callback never runs. False if it already ran (reactor thread only).
   bool cancel_timer(timer_id id) noexcept;
 
+  /// True when a completion or a post is waiting for this reactor (reactor thread only): a handler
+  /// that spins on the reactor thread (the shm receiver) stops for it, since the work it waits
+  /// for may be exactly that post (an app thread's send) or completion.
+  bool work_waiting() noexcept;
+
   /// Number of caller ops with a completion still to come (reactor thread only; tests and stats).
   std::size_t ops_in_flight() const noexcept { return in_flight_ - (wake_op_.in_flight() ? 1 : 0); }
 

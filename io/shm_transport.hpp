@@ -96,7 +96,8 @@ class shm_transport final : public transport {
   void on_peer_event(int res);
   void receive_loop();
   std::size_t drain(std::size_t budget);
-  bool spin_for_frames();
+  enum class spin_result : std::uint8_t { frames, other_work, nothing };
+  spin_result spin_for_frames();
   bool try_sleep();
   bool has_room() const noexcept;
   void check_writable();
@@ -135,6 +136,10 @@ class shm_transport final : public transport {
   std::uint64_t refused_area_bytes_ = 0;
 
   std::chrono::nanoseconds spin_budget_;
+  // Spins in a row that found nothing, and short sleeps left before a woken receiver may spin
+  // again: on a machine with fewer free cores than spinning threads a spin only delays the peer.
+  std::uint32_t failed_spins_ = 0;
+  std::uint32_t spin_cooldown_ = 0;
   std::chrono::steady_clock::time_point slept_at_{};
   bool sleeping_ = false;
   timer_id watchdog_ = 0;
