@@ -57,8 +57,8 @@ TEST_F(ble_board, thousand_messages_through_the_board_library_with_drops_arrive_
   const std::string rx = std::string{nus_dev} + "/service000a/char000b";
   const std::string tx = std::string{nus_dev} + "/service000a/char000d";
   mock("SetMtu", std::uint16_t{23});
-  mock("DropNotifications", sdbus::ObjectPath{tx}, 17u);
-  mock("DropWrites", sdbus::ObjectPath{rx}, 19u);
+  mock("DropNotifications", sdbus::ObjectPath{tx}, 29u);
+  mock("DropWrites", sdbus::ObjectPath{rx}, 37u);
 
   peripheral_config pc;
   pc.address = nus_addr;

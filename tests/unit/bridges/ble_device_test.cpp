@@ -60,6 +60,8 @@ ble_listener::behavior_type listener_impl(ble_listener::pointer, std::shared_ptr
 class ble_device : public ble_env {
  protected:
   void extra_teardown() override {
+    for (const auto& l : listeners_) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
+    listeners_.clear();
     if (node_) node_->stop();
     node_.reset();
   }
@@ -144,6 +146,7 @@ class ble_device : public ble_env {
     auto l = node_->system().spawn(listener_impl, box);
     caf::anon_send(dev, actors::listen_atom::value, actors::device_listener{l});
     caf::anon_send(dev, watch_atom::value, l);
+    listeners_.push_back(l);
     return l;
   }
 
@@ -162,6 +165,7 @@ class ble_device : public ble_env {
   }
 
   std::unique_ptr<vessel::node> node_;
+  std::vector<ble_listener> listeners_;
   std::string last_error_;
 };
 
