@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 
+#include "actors/errc.hpp"
 #include "actors/kv_store_client.hpp"
 #include "tests/integration/rank_launcher.hpp"
 
@@ -94,7 +95,8 @@ TEST_F(p2p_launch, tcp_connection_killed_from_outside_with_ss_delivers_each_mess
   }
   launch_spec spec;
   spec.program = P2P_RANKS_PATH;
-  spec.args = {"cut", "6000", "16384", "0"};  // no in-process cut: only ss kills connections
+  // No in-process cut: only ss kills connections, and rank 0 streams until it saw a reconnect.
+  spec.args = {"cut", "2000", "16384", "0", "1"};
   spec.ranks = 2;
   spec.timeout = 120s;
   int kills = 0;
@@ -108,19 +110,20 @@ TEST_F(p2p_launch, tcp_connection_killed_from_outside_with_ss_delivers_each_mess
     const auto colon = text.find(':', text.find("tcp="));
     ASSERT_NE(colon, std::string::npos) << text;
     const std::string port = std::to_string(std::stoi(text.substr(colon + 1)));
-    for (int i = 0; i < 3; ++i) {
-      std::this_thread::sleep_for(700ms);
-      const std::string cmd = "ss -K '( dport = " + port + " or sport = " + port +
-                              " )' dst 127.0.0.1 2>/dev/null | grep -c ESTAB";
-      kills += std::system((cmd + " > /dev/null").c_str()) == 0 ? 1 : 0;
+    const std::string cmd = "ss -K '( dport = " + port + " or sport = " + port +
+                            " )' dst 127.0.0.1 2>/dev/null | grep -c ESTAB > /dev/null";
+    // Kill until rank 0 says it is done (or its store is gone with it).
+    for (int round = 0; round < 200; ++round) {
+      auto done = store.value()->get("p2p/cut/done", 300ms);
+      if (done || done.error().code != actors::make_error_code(actors::errc::store_timeout)) break;
+      kills += std::system(cmd.c_str()) == 0 ? 1 : 0;
     }
   });
   expect_all_ok(r);
-  if (kills > 0) {
-    EXPECT_EQ(r.outputs[0].find("reconnects 0,"), std::string::npos)
-        << "ss killed " << kills << " times but rank 0 saw no reconnect:\n"
-        << r.outputs[0];
-  }
+  EXPECT_GT(kills, 0) << "ss -K never found the ranks' connection";
+  EXPECT_EQ(r.outputs[0].find("reconnects 0,"), std::string::npos)
+      << "ss killed " << kills << " times but rank 0 saw no reconnect:\n"
+      << r.outputs[0];
   std::printf("ss -K rounds that killed a connection: %d\n%s", kills, r.outputs[0].c_str());
 }
 

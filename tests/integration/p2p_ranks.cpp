@@ -4,7 +4,7 @@
 // of this rank passed, anything else prints why on stderr.
 //
 //   p2p_ranks allpairs <messages per pair> <max bytes> <seed>   all-pairs, random sizes and tags
-//   p2p_ranks cut <messages> <bytes> <cuts>                     rank 0 -> 1 with connection cuts
+//   p2p_ranks cut <messages> <bytes> <cuts> [<min reconnects>]  rank 0 -> 1 with connection cuts
 //   p2p_ranks backpressure <total MiB> <sleep ms> <max RSS MiB> rank 0 pushes, rank 1 sleeps first
 //   p2p_ranks collectives                                       barrier + allreduce checks
 //   p2p_ranks serve <ms>                                        stay up, then a final exchange
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "actors/comm.hpp"
+#include "actors/kv_store_client.hpp"
 
 namespace {
 
@@ -175,28 +176,49 @@ int allpairs(vessel::comm& c, int count, std::size_t max_bytes, std::uint64_t se
   return 0;
 }
 
-int cut(vessel::comm& c, int count, std::size_t bytes, int cuts) {
+// Each message starts with its index and a flag that says it is the last one, so that rank 1
+// needs no agreed count when rank 0 streams until it has seen `min_reconnects` reconnects.
+struct cut_header {
+  int index;
+  int last;
+};
+
+int cut(vessel::comm& c, int count, std::size_t bytes, int cuts, int min_reconnects) {
   check(c.size() >= 2, "cut needs 2 ranks");
+  check(bytes >= sizeof(cut_header), "cut needs messages of at least 8 bytes");
   std::vector<std::byte> buf(bytes);
   if (c.rank() == 0) {
-    for (int i = 0; i < count; ++i) {
-      std::memcpy(buf.data(), &i, sizeof i);
+    // Outside killers (ss -K) cannot aim at a moment: stream on until they hit, within a bound.
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    int sent = 0;
+    for (bool last = false; !last; ++sent) {
+      const bool enough = sent + 1 >= count &&
+                          c.link_stats(1).reconnects >= static_cast<std::uint64_t>(min_reconnects);
+      check(sent + 1 < count || enough || std::chrono::steady_clock::now() < deadline,
+            "no reconnect seen within 60 s while streaming");
+      last = enough;
+      const cut_header h{sent, last ? 1 : 0};
+      std::memcpy(buf.data(), &h, sizeof h);
       c.send(buf, 1, 5);
       // Cut the TCP connection from this side, as the network would, several times mid-stream.
-      if (cuts > 0 && i > 0 && i % (count / (cuts + 1)) == 0) c.runtime().drop_connection(1);
+      if (cuts > 0 && sent > 0 && sent % (count / (cuts + 1)) == 0) c.runtime().drop_connection(1);
     }
     auto st = c.link_stats(1);
-    std::printf("OK rank 0 cut: sent %d, reconnects %llu, retransmits %llu\n", count,
+    std::printf("OK rank 0 cut: sent %d, reconnects %llu, retransmits %llu\n", sent,
                 static_cast<unsigned long long>(st.reconnects),
                 static_cast<unsigned long long>(st.retransmits));
+    // Tells an outside killer to stop (the store lives in this process until it exits).
+    (void)c.runtime().store().set("p2p/cut/done", "1");
   } else if (c.rank() == 1) {
-    for (int i = 0; i < count; ++i) {
+    int received = 0;
+    for (bool last = false; !last; ++received) {
       vessel::recv_status st = c.recv(buf, 0, 5, 60s);
-      int got = -1;
-      std::memcpy(&got, buf.data(), sizeof got);
-      check(got == i, "expected message " + std::to_string(i) + ", got " + std::to_string(got) +
-                          " (lost, duplicated or reordered)");
+      cut_header h{-1, 0};
+      std::memcpy(&h, buf.data(), sizeof h);
+      check(h.index == received, "expected message " + std::to_string(received) + ", got " +
+                                     std::to_string(h.index) + " (lost, duplicated or reordered)");
       check(st.bytes == bytes, "size");
+      last = h.last != 0;
     }
     // Exactly once: nothing more may be waiting.
     bool extra = false;
@@ -208,7 +230,7 @@ int cut(vessel::comm& c, int count, std::size_t bytes, int cuts) {
     check(!extra, "a message arrived twice");
     auto st = c.link_stats(0);
     std::printf("OK rank 1 cut: received %d exactly once, in order (duplicates dropped %llu)\n",
-                count, static_cast<unsigned long long>(st.duplicates));
+                received, static_cast<unsigned long long>(st.duplicates));
   }
   return 0;
 }
@@ -356,7 +378,7 @@ int main(int argc, char** argv) {
                     static_cast<std::uint64_t>(arg(4, 1)));
     } else if (mode == "cut") {
       rc = cut(c, static_cast<int>(arg(2, 2000)), static_cast<std::size_t>(arg(3, 4096)),
-               static_cast<int>(arg(4, 3)));
+               static_cast<int>(arg(4, 3)), static_cast<int>(arg(5, 0)));
     } else if (mode == "backpressure") {
       rc = backpressure(c, arg(2, 1024), arg(3, 2000), arg(4, 256));
     } else if (mode == "collectives") {
