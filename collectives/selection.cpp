@@ -154,6 +154,27 @@ std::optional<double> modelled_seconds(collective_op op, std::string_view algori
   return std::nullopt;
 }
 
+std::span<const selection_rule> measured_rules() noexcept {
+  // vessel-bench coll with VESSEL_ALGO_<OP> forcing each algorithm, 2 and 4 ranks, loopback TCP
+  // and shared memory (docs/collective_algorithms.md, "Measured thresholds"). One table serves
+  // both transports (the selector does not know the link), so each boundary sits where the
+  // two transports' crossovers together lose least. Bytes as select() takes them.
+  constexpr std::size_t kib = 1024, mib = 1024 * kib;
+  using op = collective_op;
+  static const std::vector<selection_rule> rules = {
+      {op::allreduce, 2, 2, 512 * kib, "recursive_doubling"},
+      {op::allreduce, 2, 2, SIZE_MAX, "ring"},
+      {op::allreduce, 4, 4, 256 * kib, "recursive_doubling"},
+      {op::allreduce, 4, 4, SIZE_MAX, "rabenseifner"},
+      {op::broadcast, 2, 2, SIZE_MAX, "chain"},  // pipelined chunks beat one whole message
+      {op::broadcast, 4, 4, 1 * mib, "binomial"},
+      {op::broadcast, 4, 4, SIZE_MAX, "chain"},
+      {op::allgather, 2, 2, SIZE_MAX, "ring"},
+      {op::allgather, 4, 4, SIZE_MAX, "ring"},
+  };
+  return rules;
+}
+
 env_lookup process_env() {
   return [](std::string_view name) -> std::optional<std::string> {
     const char* value = std::getenv(std::string{name}.c_str());
@@ -163,7 +184,21 @@ env_lookup process_env() {
 }
 
 algorithm_selector::algorithm_selector(const link_model& model)
-    : rules_{model_rules(model)}, forced_(all_collective_ops.size()) {}
+    : rules_{model_rules(model)}, forced_(all_collective_ops.size()) {
+  for (auto& per_op : rules_) {
+    std::vector<selection_rule> merged;
+    for (const selection_rule& rule : measured_rules()) {
+      if (rule.op == per_op.front().op) merged.push_back(rule);
+    }
+    per_op.insert(per_op.begin(), merged.begin(), merged.end());
+  }
+}
+
+algorithm_selector algorithm_selector::model_only(const link_model& model) {
+  algorithm_selector selector{model};
+  selector.rules_ = model_rules(model);
+  return selector;
+}
 
 result<algorithm_selector> algorithm_selector::from_table(std::vector<selection_rule> rules,
                                                           const link_model& model) {

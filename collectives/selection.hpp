@@ -2,10 +2,13 @@
 // Which algorithm runs a collective, from (operation, world size, message bytes).
 //
 // Precedence: a name given for the call, then VESSEL_ALGO_<OP> (e.g. VESSEL_ALGO_ALLREDUCE=ring;
-// "auto" means the table), then the threshold table. The default table is not measured yet: it
-// holds the crossovers of the alpha-beta-gamma cost model (Thakur, Rabenseifner & Gropp, "Optimization
-// of collective communication operations in MPICH", 2005) with the loopback figures below. Tables
-// measured on real links replace it through algorithm_selector::from_table().
+// "auto" means the table), then the threshold table. The default table is the crossovers
+// measured with `vessel-bench coll` on 2 and 4 ranks over loopback TCP and shared memory
+// (measured_rules(); docs/collective_algorithms.md has the numbers and how they were taken), and
+// for every other world size the crossovers of the alpha-beta-gamma cost model (Thakur,
+// Rabenseifner & Gropp, "Optimization of collective communication operations in MPICH", 2005)
+// with the loopback figures below. Tables measured on other links go first through
+// algorithm_selector::from_table().
 //
 // Message bytes mean the bytes of the buffer algorithm_params::count describes: the whole vector
 // for allreduce, reduce and broadcast; one rank's block for allgather, gather, scatter,
@@ -58,6 +61,10 @@ struct selection_rule {
   bool operator==(const selection_rule&) const = default;
 };
 
+/// The thresholds measured on this project's machines (2-vCPU VMs, loopback TCP and shared
+/// memory, 2 and 4 ranks; docs/collective_algorithms.md), consulted before the model's.
+std::span<const selection_rule> measured_rules() noexcept;
+
 /// Reads one environment variable (nullopt when unset); actors::env_view::get fits.
 using env_lookup = std::function<std::optional<std::string>(std::string_view name)>;
 /// ::getenv.
@@ -65,11 +72,15 @@ env_lookup process_env();
 
 class algorithm_selector {
  public:
-  /// Rules from the model's crossovers: exact for worlds of 1 to 64 ranks and powers of two up
-  /// to 65536, buckets between those evaluated at their middle.
+  /// measured_rules(), then the rules from the model's crossovers: exact for worlds of 1 to 64
+  /// ranks and powers of two up to 65536, buckets between those evaluated at their middle.
   explicit algorithm_selector(const link_model& model = loopback_tcp_model);
 
-  /// Measured rules, consulted in order before the model's; unknown names are unknown_algorithm.
+  /// The model's rules alone (what the measured table is compared against).
+  static algorithm_selector model_only(const link_model& model = loopback_tcp_model);
+
+  /// `rules`, consulted in order before measured_rules() and the model's; unknown names are
+  /// unknown_algorithm.
   static result<algorithm_selector> from_table(std::vector<selection_rule> rules,
                                                const link_model& model = loopback_tcp_model);
 

@@ -37,8 +37,8 @@ std::string_view cheapest_by_model(collective_op op, std::uint32_t world, std::s
   return best;
 }
 
-TEST(CollectivesSelection, DefaultTableFollowsTheModelForExactWorldSizes) {
-  const algorithm_selector selector;
+TEST(CollectivesSelection, ModelTableFollowsTheModelForExactWorldSizes) {
+  const algorithm_selector selector = algorithm_selector::model_only();
   for (collective_op op : all_collective_ops) {
     for (std::uint32_t world : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 13u, 16u, 64u, 128u, 256u}) {
       for (std::size_t bytes = 1; bytes <= (std::size_t{1} << 30); bytes = bytes * 3 + 1) {
@@ -52,7 +52,7 @@ TEST(CollectivesSelection, DefaultTableFollowsTheModelForExactWorldSizes) {
 TEST(CollectivesSelection, TwoRankAllreduceCrossoverIsTwoAlphaOverGamma) {
   // p = 2: recursive doubling sends n bytes once and reduces n; ring/Rabenseifner send n/2 twice
   // and reduce n/2. Equal when alpha = n * gamma / 2.
-  const algorithm_selector selector;
+  const algorithm_selector selector = algorithm_selector::model_only();
   const auto rules = selector.rules(collective_op::allreduce);
   const selection_rule* two = nullptr;
   for (const auto& rule : rules) {
@@ -70,7 +70,7 @@ TEST(CollectivesSelection, TwoRankAllreduceCrossoverIsTwoAlphaOverGamma) {
 }
 
 TEST(CollectivesSelection, LargeAllreduceUsesRabenseifnerOnPowersOfTwoAndRingOtherwise) {
-  const algorithm_selector selector;
+  const algorithm_selector selector = algorithm_selector::model_only();
   const std::size_t large = std::size_t{64} << 20;
   // Same bytes on the wire as the ring, 2 log2(p) instead of 2 (p - 1) latencies.
   EXPECT_EQ(pick(selector, collective_op::allreduce, 4, large), "rabenseifner");
@@ -125,7 +125,7 @@ TEST(CollectivesSelection, EnvOverridesPerOperationAndAutoMeansTable) {
   EXPECT_EQ(pick(selector, collective_op::broadcast, 2, 8), "chain");
   EXPECT_EQ(pick(selector, collective_op::allreduce, 2, 8), "recursive_doubling");
   ASSERT_TRUE(selector.apply_env(env_of({{"VESSEL_ALGO_BROADCAST", "auto"}})));
-  EXPECT_EQ(pick(selector, collective_op::broadcast, 2, 8), "binomial");
+  EXPECT_EQ(pick(selector, collective_op::broadcast, 16, 8), "binomial");
   EXPECT_EQ(algorithm_selector::env_name(collective_op::reduce_scatter),
             "VESSEL_ALGO_REDUCE_SCATTER");
 }
@@ -147,7 +147,7 @@ TEST(CollectivesSelection, ForceAndUnforce) {
   ASSERT_TRUE(selector.force(collective_op::allgather, "ring"));
   EXPECT_EQ(pick(selector, collective_op::allgather, 4, 8), "ring");
   ASSERT_TRUE(selector.force(collective_op::allgather, ""));
-  EXPECT_EQ(pick(selector, collective_op::allgather, 4, 8), "recursive_doubling");
+  EXPECT_EQ(pick(selector, collective_op::allgather, 8, 8), "recursive_doubling");
   EXPECT_EQ(selector.force(collective_op::allgather, "pairwise").error(),
             errc::unknown_algorithm);
 }
@@ -169,6 +169,32 @@ TEST(CollectivesSelection, MeasuredTableComesBeforeTheModel) {
                                                    "dissemination"}});
   ASSERT_FALSE(inverted);
   EXPECT_EQ(inverted.error(), errc::invalid_argument);
+}
+
+TEST(CollectivesSelection, DefaultTableUsesTheMeasuredThresholdsOnTwoAndFourRanks) {
+  const algorithm_selector selector;
+  const std::size_t kib = 1024;
+  EXPECT_EQ(pick(selector, collective_op::allreduce, 2, 512 * kib), "recursive_doubling");
+  EXPECT_EQ(pick(selector, collective_op::allreduce, 2, 512 * kib + 1), "ring");
+  EXPECT_EQ(pick(selector, collective_op::allreduce, 4, 256 * kib), "recursive_doubling");
+  EXPECT_EQ(pick(selector, collective_op::allreduce, 4, 256 * kib + 1), "rabenseifner");
+  EXPECT_EQ(pick(selector, collective_op::broadcast, 2, 8), "chain");
+  EXPECT_EQ(pick(selector, collective_op::broadcast, 4, 1024 * kib), "binomial");
+  EXPECT_EQ(pick(selector, collective_op::broadcast, 4, 1024 * kib + 1), "chain");
+  EXPECT_EQ(pick(selector, collective_op::allgather, 4, 8), "ring");
+  // Worlds that were not measured still follow the model.
+  const algorithm_selector model = algorithm_selector::model_only();
+  for (std::size_t bytes : {std::size_t{8}, 64 * kib, std::size_t{64} << 20}) {
+    EXPECT_EQ(pick(selector, collective_op::allreduce, 3, bytes),
+              pick(model, collective_op::allreduce, 3, bytes));
+    EXPECT_EQ(pick(selector, collective_op::allreduce, 8, bytes),
+              pick(model, collective_op::allreduce, 8, bytes));
+  }
+  // Every measured rule names an algorithm its operation knows.
+  for (const selection_rule& rule : measured_rules()) {
+    EXPECT_TRUE(modelled_seconds(rule.op, rule.algorithm, 2, 0, loopback_tcp_model))
+        << rule.algorithm;
+  }
 }
 
 TEST(CollectivesSelection, InvalidWorldAndModelEdges) {
