@@ -1,0 +1,123 @@
+// The actor examples (examples/parameter_server, examples/pipeline) as a user runs them: under
+// vessel-run -n 4 and under Open MPI's mpirun -n 4 (skipped, with the reason, when mpirun is
+// absent or cannot start processes here). Each example checks its own result and exits non-zero
+// when it is wrong; the test also reads what it printed.
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+std::string run_capture(const std::string& command, int& status) {
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) {
+    status = -1;
+    return out;
+  }
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int raw = ::pclose(p);
+  status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  return out;
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+// A VESSEL_* or launcher variable of the shell running ctest would outrank the launcher's.
+const std::string clean_env =
+    "timeout 240 env -u VESSEL_RANK -u VESSEL_WORLD_SIZE -u VESSEL_STORE -u VESSEL_STORE_FILE "
+    "-u VESSEL_TRANSPORT -u VESSEL_TOKEN -u VESSEL_TOKEN_FILE -u RANK -u WORLD_SIZE ";
+
+std::string under_vessel_run(const std::string& program, const std::string& args) {
+  return clean_env + VESSEL_RUN_PATH + " -n 4 " + program + " " + args + " 2>&1";
+}
+
+std::string under_mpirun(const std::string& program, const std::string& args) {
+  return clean_env +
+         "VESSEL_LOG=info VESSEL_TOKEN=actor-examples-test-token-0123456789abcdef "
+         "mpirun -n 4 --oversubscribe --allow-run-as-root --mca btl self,tcp " +
+         program + " " + args + " 2>&1";
+}
+
+bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
+// mpirun that cannot start processes (no slots, no ORTE) says so; that is not our failure.
+bool mpirun_cannot_start(const std::string& out, int status) {
+  return out.find("not enough slots") != std::string::npos ||
+         (status != 0 && out.find("orte_") != std::string::npos &&
+          out.find("OK ") == std::string::npos);
+}
+
+void expect_parameter_server(const std::string& out, int status, bool dropped) {
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(count(out, "OK parameter_server rank "), 4u) << out;
+  EXPECT_EQ(count(out, "values match"), 2u) << "two shards, each checked:\n" << out;
+  EXPECT_EQ(count(out, "final parameters (512 values) match"), 4u) << out;
+  EXPECT_EQ(count(out, "pulls saw own pushes: yes"), 4u) << out;
+  if (dropped) {
+    EXPECT_EQ(count(out, "cutting the connection to shard 0"), 3u) << out;
+  }
+}
+
+void expect_pipeline(const std::string& out, int status) {
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(count(out, "OK pipeline rank "), 4u) << out;
+  EXPECT_NE(out.find("consumed 300 items in order, values correct"), std::string::npos) << out;
+  EXPECT_NE(out.find(": kept)"), std::string::npos) << "in flight stayed under the bound:\n" << out;
+  // The slow last stage pushed back all the way to stage 0: some of its sends waited for room.
+  const auto at = out.find("sends whose reply waited for room: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_GT(std::atoll(out.c_str() + at + 35), 0) << out;
+}
+
+const std::string ps_args = "--dims 512 --steps 8";
+const std::string pipeline_args = "--items 300 --slow-ms 2 --report 10";
+
+TEST(actor_examples, parameter_server_under_vessel_run) {
+  int status = 0;
+  const auto out = run_capture(under_vessel_run(PARAMETER_SERVER_PATH, ps_args), status);
+  expect_parameter_server(out, status, false);
+}
+
+TEST(actor_examples, parameter_server_survives_dropped_connections_under_vessel_run) {
+  int status = 0;
+  const auto out = run_capture(
+      under_vessel_run(PARAMETER_SERVER_PATH, ps_args + " --drop-connection"), status);
+  expect_parameter_server(out, status, true);
+}
+
+TEST(actor_examples, pipeline_under_vessel_run) {
+  int status = 0;
+  const auto out = run_capture(under_vessel_run(PIPELINE_PATH, pipeline_args), status);
+  expect_pipeline(out, status);
+}
+
+TEST(actor_examples, parameter_server_under_mpirun) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found: install openmpi-bin (scripts/setup-deps)";
+  int status = 0;
+  const auto out = run_capture(under_mpirun(PARAMETER_SERVER_PATH, ps_args), status);
+  if (mpirun_cannot_start(out, status)) GTEST_SKIP() << "mpirun cannot start processes:\n" << out;
+  expect_parameter_server(out, status, false);
+  EXPECT_EQ(count(out, " from Open MPI"), 4u) << "every rank names Open MPI as its source:\n" << out;
+}
+
+TEST(actor_examples, pipeline_under_mpirun) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found: install openmpi-bin (scripts/setup-deps)";
+  int status = 0;
+  const auto out = run_capture(under_mpirun(PIPELINE_PATH, pipeline_args), status);
+  if (mpirun_cannot_start(out, status)) GTEST_SKIP() << "mpirun cannot start processes:\n" << out;
+  expect_pipeline(out, status);
+}
+
+}  // namespace
