@@ -318,6 +318,9 @@ void collective_engine::finish(collective_state& s) {
     s.send_head = (s.send_head + 1) % s.send_slots;
     --s.sends_out;
   }
+  // Chunks the driver kept for later rounds are blocks of the mesh's pool: a failed collective
+  // must not hold them until its request goes (the runtime may be shut down first).
+  s.driver.reset();
   s.finished = true;
 }
 

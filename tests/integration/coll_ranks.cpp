@@ -421,6 +421,7 @@ bool checked_allreduce(communicator& c, checker& ck, std::size_t n, const std::f
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "quick";
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // a rank that aborts still shows what it printed
   try {
     vessel::comm world = vessel::comm::init();
     auto made = communicator::create(world.runtime());
