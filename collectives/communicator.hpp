@@ -4,7 +4,7 @@
 //
 // Driving: from the calling thread, through p2p_requests handed to the runtime's reactor in
 // batches (the reactor-thread driver of DESIGN.md is the next step). A collective in progress
-// advances inside wait() of any collective of the same communicator, so several non-blocking
+// advances inside wait() of any collective of the same family (below), so several non-blocking
 // collectives never wait on each other.
 //
 // Tags (in actors::reserved_tag_base's range; comm.cpp's own collectives use bit 63 with a
@@ -133,7 +133,9 @@ class communicator {
   /// color undefined_color (or any negative color). The child inherits the selector.
   result<std::unique_ptr<communicator>> split(int color, int key, call_options o = {});
   /// Same members, same ranks, a new id: its collectives never meet this one's.
-  result<std::unique_ptr<communicator>> dup(call_options o = {}) { return split(0, int(rank()), o); }
+  result<std::unique_ptr<communicator>> dup(call_options o = {}) {
+    return split(0, int(rank()), o);
+  }
   /// After errc::rank_failed: the members whose links are not down, in the same order. Waits
   /// (up to o.timeout) until no member's link is between up and down, then agrees with the
   /// survivors on who is left (errc::rank_failed if they disagree: call it again).

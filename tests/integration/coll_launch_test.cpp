@@ -127,8 +127,8 @@ TEST(CollectivesOverRanks, LinkKilledFromOutsideWithSsCompletesWithoutError) {
                             " )' dst 127.0.0.1 2>/dev/null | grep -c ESTAB > /dev/null";
     for (int round = 0; round < 400; ++round) {
       auto done = store.value()->get("coll/cut/done", 200ms);
-      if (done || done.error().code != vessel::actors::make_error_code(
-                                            vessel::actors::errc::store_timeout)) {
+      if (done || done.error().code !=
+                      vessel::actors::make_error_code(vessel::actors::errc::store_timeout)) {
         break;
       }
       kills += std::system(cmd.c_str()) == 0 ? 1 : 0;

@@ -29,8 +29,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <string>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -325,9 +325,10 @@ void run_comms(communicator& world, checker& ck) {
   auto rest = world.split(me == 0 ? undefined_color : 7, int(me));
   ck.ok(rest.has_value() ? vessel::result<void>{vessel::outcome::success()} : rest.error());
   if (rest) {
-    expect_true(ck, me == 0 ? rest.value() == nullptr
-                            : rest.value() != nullptr && rest.value()->size() == p - 1 &&
-                                  rest.value()->rank() == me - 1,
+    expect_true(ck,
+                me == 0 ? rest.value() == nullptr
+                        : rest.value() != nullptr && rest.value()->size() == p - 1 &&
+                              rest.value()->rank() == me - 1,
                 "split undefined: wrong membership");
     if (rest.value()) {
       bytes in = make(dtype::int32, me, 0, 64), out(in.size());
@@ -347,8 +348,7 @@ void run_comms(communicator& world, checker& ck) {
   small_chunks.timeout = std::chrono::seconds{60};
   call_options dflt;
   dflt.timeout = std::chrono::seconds{60};
-  const std::vector<std::uint32_t> wm = members_of(world), dm = members_of(d),
-                                   sm = members_of(sp);
+  const std::vector<std::uint32_t> wm = members_of(world), dm = members_of(d), sm = members_of(sp);
   bytes wa = make(dtype::int32, me, 0, n), wr(wa.size());
   bytes da = make(dtype::int32, me + 100, 0, n), dr(da.size());
   bytes sa = make(dtype::int32, me + 200, 0, n), sr(sa.size());
@@ -377,7 +377,8 @@ void run_comms(communicator& world, checker& ck) {
       ck.expect(wgr, r * 1000 + i, dtype::int32, value(dtype::int32, r + 300, i));
     }
   }
-  for (std::size_t i = 0; i < 5000; ++i) ck.expect(dbr, i, dtype::int32, value(dtype::int32, 400, i));
+  for (std::size_t i = 0; i < 5000; ++i)
+    ck.expect(dbr, i, dtype::int32, value(dtype::int32, 400, i));
   for (std::uint32_t r = 0; r < sp.size(); ++r) {
     for (std::size_t i = 0; i < 1000; ++i) {
       ck.expect(sgr, r * 1000 + i, dtype::int32, value(dtype::int32, sm[r] + 500, i));
@@ -399,7 +400,8 @@ void run_comms(communicator& world, checker& ck) {
 
 /// One large allreduce on `c`, checked; rank 0 runs `mid` while it is still in progress (once
 /// test() said not done). Returns whether `mid` ran.
-bool checked_allreduce(communicator& c, checker& ck, std::size_t n, const std::function<void()>& mid) {
+bool checked_allreduce(communicator& c, checker& ck, std::size_t n,
+                       const std::function<void()>& mid) {
   call_options o;
   o.algorithm = "ring";
   o.chunk_bytes = 65536;
@@ -469,9 +471,8 @@ int main(int argc, char** argv) {
       int cuts = 0;
       for (int iter = 0; iter < 4; ++iter) {
         ck.what = "linkdrop " + std::to_string(iter);
-        cuts += checked_allreduce(c, ck, std::size_t{1} << 18, [&] { rt.drop_connection(1); })
-                    ? 1
-                    : 0;
+        cuts +=
+            checked_allreduce(c, ck, std::size_t{1} << 18, [&] { rt.drop_connection(1); }) ? 1 : 0;
       }
       if (c.rank() == 0) {
         // Each cut must have been survived by a reconnect (not by luck before the cut landed).
@@ -544,8 +545,9 @@ int main(int argc, char** argv) {
       std::printf("rank %u: allreduce: %s; %s\n", c.rank(),
                   r ? "succeeded" : r.error().message().c_str(), detail.c_str());
       const std::string named = "world rank(s) [" + std::to_string(victim) + "]";
-      expect_true(ck, !r && r.error() == make_error_code(errc::rank_failed) &&
-                          detail.find(named) != std::string::npos,
+      expect_true(ck,
+                  !r && r.error() == make_error_code(errc::rank_failed) &&
+                      detail.find(named) != std::string::npos,
                   "rankdeath: want rank_failed naming " + named);
       expect_true(ck, c.dead_ranks() == std::vector<std::uint32_t>{victim}, "dead_ranks()");
       // Later collectives fail at once, same error.
@@ -557,8 +559,7 @@ int main(int argc, char** argv) {
       call_options so;
       so.timeout = std::chrono::seconds{60};
       auto shrunk = c.shrink(so);
-      ck.ok(shrunk.has_value() ? vessel::result<void>{vessel::outcome::success()}
-                               : shrunk.error());
+      ck.ok(shrunk.has_value() ? vessel::result<void>{vessel::outcome::success()} : shrunk.error());
       if (shrunk) {
         communicator& s = *shrunk.value();
         expect_true(ck, s.size() == victim && s.rank() == c.rank(), "shrink: size or rank");
