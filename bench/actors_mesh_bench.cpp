@@ -18,18 +18,7 @@
 #include "actors/kv_store_server.hpp"
 #include "actors/mesh.hpp"
 #include "io/reactor.hpp"
-
-namespace {
-std::atomic<std::uint64_t> g_allocations{0};
-}  // namespace
-
-[[gnu::noinline]] void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc{};
-}
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#include "tests/support/counting_new.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -125,9 +114,9 @@ void round_trip(benchmark::State& state, mesh_transport t) {
   std::chrono::nanoseconds total{};
   std::uint64_t allocs = 0;
   for (auto _ : state) {
-    const auto before = g_allocations.load();
+    const auto before = vessel::test::allocations();
     total += f.run_chain(size);
-    allocs += g_allocations.load() - before;
+    allocs += vessel::test::allocations() - before;
   }
   const double trips = static_cast<double>(state.iterations()) * chain;
   state.counters["us_per_roundtrip"] =

@@ -11,18 +11,7 @@
 #include "actors/link_sender.hpp"
 #include "tests/unit/actors/link_test_support.hpp"
 
-namespace {
-std::atomic<std::uint64_t> g_allocations{0};
-}  // namespace
-
-// noinline: once inlined, g++ 12 pairs the malloc with free and warns of a new/delete mismatch.
-[[gnu::noinline]] void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc{};
-}
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#include "tests/support/counting_new.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -64,9 +53,9 @@ TEST(link_alloc, submit_transmit_ack_and_receive_allocate_nothing_per_frame) {
   };
 
   for (int i = 0; i < 100; ++i) one_frame(link_time{i});  // warm-up: nothing lazy left
-  const std::uint64_t before = g_allocations.load();
+  const std::uint64_t before = vessel::test::allocations();
   for (int i = 100; i < 10'100; ++i) one_frame(link_time{i});
-  const std::uint64_t allocations = g_allocations.load() - before;
+  const std::uint64_t allocations = vessel::test::allocations() - before;
 
   EXPECT_EQ(failures, 0u);
   EXPECT_EQ(frames, 10'100u);

@@ -10,22 +10,7 @@
 #include "actors/message_matcher.hpp"
 #include "tests/unit/actors/link_test_support.hpp"
 
-namespace {
-std::atomic<std::uint64_t> g_allocations{0};
-}  // namespace
-
-// noinline: once inlined, g++ 12 pairs the malloc with free and warns of a new/delete mismatch.
-[[gnu::noinline]] void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc{};
-}
-[[gnu::noinline]] void operator delete(void* p) noexcept {
-  std::free(p);
-}
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
+#include "tests/support/counting_new.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -83,9 +68,9 @@ TEST(matcher_alloc, post_arrive_match_and_cancel_allocate_nothing_per_message) {
   };
 
   for (std::uint64_t i = 0; i < 50; ++i) round(i);  // warm-up: free lists at their high water
-  const std::uint64_t before = g_allocations.load();
+  const std::uint64_t before = vessel::test::allocations();
   for (std::uint64_t i = 50; i < 5050; ++i) round(i);
-  const std::uint64_t allocations = g_allocations.load() - before;
+  const std::uint64_t allocations = vessel::test::allocations() - before;
 
   EXPECT_EQ(errors, 0u);
   EXPECT_EQ(delivered, 5050u * 32);  // 16 via the unexpected queue + 16 to pending receives

@@ -19,25 +19,7 @@
 #include "collectives/algorithms/ring_reduce_scatter.hpp"
 #include "collectives/sim/driver.hpp"
 
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<std::uint64_t> g_allocations{0};
-}  // namespace
-
-// noinline: once inlined, g++ 12 pairs the malloc with free and warns of a new/delete mismatch.
-[[gnu::noinline]] void* operator new(std::size_t size) {
-  if (g_counting.load(std::memory_order_relaxed)) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc{};
-}
-[[gnu::noinline]] void operator delete(void* p) noexcept {
-  std::free(p);
-}
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
+#include "tests/support/counting_new.hpp"
 
 namespace vessel::collectives {
 namespace {
@@ -135,22 +117,19 @@ std::uint64_t allocations_of_second_run(std::uint32_t p, std::size_t in_elements
   w.start();
   w.run();  // warm-up: drivers' lists reach their working size
   w.start();
-  g_allocations = 0;
-  g_counting = true;
+  const std::uint64_t before = vessel::test::allocations();
   w.run();
-  g_counting = false;
+  const std::uint64_t allocations = vessel::test::allocations() - before;
   std::int32_t first;
   std::memcpy(&first, w.outputs[p - 1].data(), 4);
   EXPECT_EQ(first, expect_first);
-  return g_allocations.load();
+  return allocations;
 }
 
 TEST(CollectivesAlloc, TheCounterSeesAllocations) {
-  g_allocations = 0;
-  g_counting = true;
+  const std::uint64_t before = vessel::test::allocations();
   auto held = std::make_unique<std::vector<int>>(10);
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 2u);  // the vector object and its elements
+  EXPECT_EQ(vessel::test::allocations() - before, 2u);  // the vector object and its elements
 }
 
 TEST(CollectivesAlloc, AllreducesAllocateNothingPerChunk) {
