@@ -1,6 +1,7 @@
 #include "bridges/ble/device_actor.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -96,6 +97,9 @@ class device_core : public std::enable_shared_from_this<device_core> {
   }
 
   void call(std::uint64_t id, const std::string& command, std::vector<std::uint8_t> data) {
+    if (!ready_) return hold(id, [this, id, command, d = std::move(data)]() mutable {
+      call(id, command, std::move(d));
+    });
     if (command == ble_frame_command) return frame_call(id, std::move(data));
     if (data.empty()) {
       return device_.read(command, [this, id](ble_result<std::vector<std::uint8_t>> r) {
@@ -107,6 +111,9 @@ class device_core : public std::enable_shared_from_this<device_core> {
   }
 
   void send(std::uint64_t id, const std::string& command, std::vector<std::uint8_t> data) {
+    if (!ready_) return hold(id, [this, id, command, d = std::move(data)]() mutable {
+      send(id, command, std::move(d));
+    });
     if (command != ble_frame_command) {
       return device_.write(command, std::move(data), false,
                            [this, id](ble_result<void> r) { done(id, r); });
@@ -165,8 +172,19 @@ class device_core : public std::enable_shared_from_this<device_core> {
   }
 
   void ready(ble_result<void> r) {
-    if (r) return tell(core_ready{});
-    tell(core_ready{r.error().code, r.error().to_string()});
+    if (!r) {
+      for (auto& [id, fn] : std::exchange(waiting_, {})) fail(id, r.error());
+      return tell(core_ready{r.error().code, r.error().to_string()});
+    }
+    tell(core_ready{});
+    ready_ = true;
+    for (auto& [id, fn] : std::exchange(waiting_, {})) fn();
+  }
+
+  // Requests before the first link and its subscriptions wait: a frame call written before the
+  // TX subscription would have its reply notified to nobody.
+  void hold(std::uint64_t id, std::function<void()> fn) {
+    waiting_.emplace_back(id, std::move(fn));
   }
 
   void subscribe_all() {
@@ -292,6 +310,8 @@ class device_core : public std::enable_shared_from_this<device_core> {
   std::unique_ptr<vessel_frame_stream> frames_;
   std::map<std::uint64_t, pending_frame_call> frame_calls_;  // by request id
   std::uint64_t next_request_id_ = 1;
+  bool ready_ = false;
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> waiting_;
   std::uint64_t outages_ = 0;
   std::uint64_t frames_in_ = 0;   // serial mode
   std::uint64_t frames_out_ = 0;  // serial mode

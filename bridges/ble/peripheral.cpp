@@ -225,6 +225,9 @@ void peripheral::close() {
   ++link_generation_;
   if (connect_timer_armed_) client_.reactor().cancel_timer(connect_timer_);
   connect_timer_armed_ = false;
+  // No timer of ours stays armed: the destructor may then run while the reactor drops its timers.
+  if (expiry_timer_armed_) client_.reactor().cancel_timer(expiry_timer_);
+  expiry_timer_armed_ = false;
   for (auto& [id, r] : std::exchange(in_flight_, {})) finish(r, error(errc::closed, r->uuid));
   for (auto& r : std::exchange(queue_, {})) finish(r, error(errc::closed, r->uuid));
   if (connected) {
