@@ -100,9 +100,8 @@ int main(int argc, char** argv) {
     if (me == 0) {
       std::printf("ping_pong between ranks 0 and 1 (latency: half a round trip)\n");
       results.print();
-      std::printf("@summary ping_pong latency_us_%s=%s best_MBps=%s\n",
-                  human_bytes(min_bytes).c_str(), fixed(small_latency_us, 2).c_str(),
-                  fixed(best_mbps, 1).c_str());
+      std::printf("@summary ping_pong latency_us=%s at_bytes=%zu best_MBps=%s\n",
+                  fixed(small_latency_us, 2).c_str(), min_bytes, fixed(best_mbps, 1).c_str());
     }
     vessel::examples::print_stats(world, colls);
     world.finalize();
