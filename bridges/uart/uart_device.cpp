@@ -135,8 +135,8 @@ struct device_core {
       finish();
       return;
     }
-    raw->on_state([finish = std::move(finish)](link_state s, std::error_code) mutable {
-      if (s == link_state::closed && finish) std::exchange(finish, {})();
+    raw->on_state([f = std::function<void()>{std::move(finish)}](link_state s, std::error_code) mutable {
+      if (s == link_state::closed && f) std::exchange(f, {})();
     });
     raw->close();
   }
@@ -254,10 +254,10 @@ void open_link(device_core& core, std::uint64_t gen, const caf::actor_addr& addr
   caf::anon_send(handle_of(addr), open_done{});
 }
 
-uart_device_impl::behavior_type device_impl(self_ptr self, std::shared_ptr<device_core> core,
+uart_device_impl::behavior_type device_impl(self_ptr self, std::shared_ptr<device_core> shared_core,
                                             std::uint64_t generation) {
   actors::keep_exception_text(self);
-  self->state.core = std::move(core);
+  self->state.core = std::move(shared_core);
   self->state.generation = generation;
   // The link closes with the actor, whatever ends it.
   self->attach_functor([c = self->state.core, generation] {

@@ -414,9 +414,10 @@ TEST_F(uart_device_test, unplug_and_replug_mid_stream_restarts_the_actor_and_no_
     // The calls in flight at the unplug failed, each with a typed reason.
     EXPECT_GE(log->failures.size(), 1u);
     for (const auto& f : log->failures) {
-      const bool typed = f.find("device_unplugged") != std::string::npos ||
+      // describe() renders vessel errors as "vessel.uart/<message>: <detail>".
+      const bool typed = f.find("vessel.uart/the device was unplugged") != std::string::npos ||
                          f.find("request_receiver_down") != std::string::npos ||
-                         f.find("cannot open") != std::string::npos || f.find("link_closed") != std::string::npos;
+                         f.find("cannot open") != std::string::npos || f.find("vessel.uart/") == 0;
       EXPECT_TRUE(typed) << f;
     }
   }
