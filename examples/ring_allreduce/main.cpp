@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
       const double busbw = algbw * 2.0 * double(n - 1) / double(n);
       if (busbw > peak_busbw) {
         peak_busbw = busbw;
-        peak_size = human_bytes(bytes);
+        peak_size = std::to_string(bytes);
       }
       results.add({human_bytes(bytes), std::to_string(count), std::string(chosen.value()),
                    fixed(t * 1e6, 1), fixed(algbw, 3), fixed(busbw, 3), bad == 0 ? "ok" : "WRONG"});
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     if (me == 0) {
       std::printf("allreduce float32 sum over %u ranks (busbw = algbw * 2(n-1)/n)\n", n);
       results.print();
-      std::printf("@summary ring_allreduce ranks=%u sizes=%zu peak_busbw_GBps=%s at=%s check=%s\n",
+      std::printf("@summary ring_allreduce ranks=%u sizes=%zu peak_busbw_GBps=%s at_bytes=%s check=%s\n",
                   n, sizes.size(), fixed(peak_busbw, 3).c_str(), peak_size.c_str(),
                   verdict[0] == 0 ? "ok" : "WRONG");
     }
