@@ -148,15 +148,12 @@ TEST(examples, data_parallel_sgd_on_three_ranks_gives_the_same_data_uneven_shard
   expect_sgd_trained(vessel_run(3, "data_parallel_sgd", small_sgd), 3);
 }
 
-TEST(examples, data_parallel_sgd_survives_a_killed_rank_under_restart) {
-  // Known gap (2026-11-29): the restarted rank 2 never gets its link to rank 3 up (rank 3's link
-  // stays "reconnecting" until its deadline; rank 2's comm::init then fails with "peers not up:
-  // 3 (connecting)"). The survivors do time out and regroup as they should. Remove the skip when
-  // the mesh links a restarted rank to the ranks above it.
-  if (std::getenv("VESSEL_TEST_RESTART_REJOIN") == nullptr) {
-    GTEST_SKIP() << "the mesh does not yet reconnect a restarted rank to higher ranks; "
-                    "VESSEL_TEST_RESTART_REJOIN=1 runs it";
-  }
+// DISABLED until the mesh re-links a restarted rank (a known failure, not a skip): the restarted
+// rank 2 publishes a new address, but rank 3 keeps re-dialling the one it read at start-up
+// (mesh::impl::addresses is never refreshed from the store), so its link stays "reconnecting" and
+// rank 2's comm::init fails with "peers not up: 3 (connecting)". The survivors do time out and
+// regroup as they should. Run it with --gtest_also_run_disabled_tests.
+TEST(examples, DISABLED_data_parallel_sgd_survives_a_killed_rank_under_restart) {
   // Rank 2 SIGKILLs itself at step 20; vessel-run restarts it; the survivors' allreduce fails
   // after --fail-timeout-ms, everyone regroups through rank 0, the new process gets the weights.
   const outcome o = vessel_run(
