@@ -91,7 +91,10 @@ int main(int argc, char** argv) {
       double seconds = 0;
       for (int k = 0; k < warmup + iters; ++k) {
         if (k == warmup) {
-          if (auto b = c.barrier(o); !b) throw vessel::comm_error(b.error(), "barrier");
+          // The barrier picks its own algorithm: --algo names an allreduce one.
+          coll::call_options bo;
+          bo.timeout = o.timeout;
+          if (auto b = c.barrier(bo); !b) throw vessel::comm_error(b.error(), "barrier");
         }
         const auto t0 = std::chrono::steady_clock::now();
         auto r = c.allreduce(input, output, coll::dtype::float32, coll::reduce_op::sum, o);
