@@ -8,9 +8,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "actors/errc.hpp"
-#include "actors/kv_store_client.hpp"
 #include "tests/integration/rank_launcher.hpp"
+#include "tests/integration/ss_kill.hpp"
 
 namespace {
 
@@ -108,31 +107,12 @@ TEST(CollectivesOverRanks, LinkDroppedMidCollectiveCompletesWithoutError) {
 TEST(CollectivesOverRanks, LinkKilledFromOutsideWithSsCompletesWithoutError) {
   // Case 1 from outside: the kernel kills the ranks' sockets (ss -K) again and again until rank
   // 0 has seen its link reconnect and says so in the store; no sleep decides when.
-  if (std::system("ss -K dst 127.0.0.1 dport = 1 > /dev/null 2>&1") != 0) {
+  if (!vessel::test::ss_kill_available()) {
     GTEST_SKIP() << "ss -K unavailable (needs iproute2 and CONFIG_INET_DIAG_DESTROY)";
   }
   int kills = 0;
   const launch_result r = launch_ranks(coll_spec(2, "sscut"), [&](std::uint16_t store_port) {
-    auto store = vessel::actors::kv_store_client::connect(
-        vessel::actors::endpoint{"127.0.0.1", store_port}, 30s);
-    ASSERT_TRUE(store) << store.error().detail;
-    auto record = store.value()->get("vessel/mesh/addr/0", 30s);  // rank 1 dials rank 0 here
-    ASSERT_TRUE(record) << record.error().detail;
-    const std::string text(reinterpret_cast<const char*>(record.value().data()),
-                           record.value().size());
-    const auto colon = text.find(':', text.find("tcp="));
-    ASSERT_NE(colon, std::string::npos) << text;
-    const std::string port = std::to_string(std::stoi(text.substr(colon + 1)));
-    const std::string cmd = "ss -K '( dport = " + port + " or sport = " + port +
-                            " )' dst 127.0.0.1 2>/dev/null | grep -c ESTAB > /dev/null";
-    for (int round = 0; round < 400; ++round) {
-      auto done = store.value()->get("coll/cut/done", 200ms);
-      if (done || done.error().code !=
-                      vessel::actors::make_error_code(vessel::actors::errc::store_timeout)) {
-        break;
-      }
-      kills += std::system(cmd.c_str()) == 0 ? 1 : 0;
-    }
+    vessel::test::ss_kill_until(store_port, "coll/cut/done", 200ms, 400, kills);
   });
   expect_ok(r, "sscut");
   EXPECT_GT(kills, 0) << "ss -K never found the ranks' connection";

@@ -23,9 +23,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 
-#include "actors/errc.hpp"
 #include "actors/kv_store_client.hpp"
 #include "tests/integration/rank_launcher.hpp"
+#include "tests/integration/ss_kill.hpp"
 
 namespace vessel::test {
 namespace {
@@ -90,7 +90,7 @@ TEST_F(p2p_launch, cut_tcp_connection_mid_stream_delivers_each_message_once) {
 
 TEST_F(p2p_launch, tcp_connection_killed_from_outside_with_ss_delivers_each_message_once) {
   // The kernel kills the sockets (ss -K, as a failing network or an operator would), not vessel.
-  if (std::system("ss -K dst 127.0.0.1 dport = 1 > /dev/null 2>&1") != 0) {
+  if (!ss_kill_available()) {
     GTEST_SKIP() << "ss -K unavailable (needs iproute2 and CONFIG_INET_DIAG_DESTROY)";
   }
   launch_spec spec;
@@ -100,24 +100,9 @@ TEST_F(p2p_launch, tcp_connection_killed_from_outside_with_ss_delivers_each_mess
   spec.ranks = 2;
   spec.timeout = 120s;
   int kills = 0;
+  // Kill until rank 0 says it is done (or its store is gone with it).
   launch_result r = launch_ranks(spec, [&](std::uint16_t store_port) {
-    auto store = actors::kv_store_client::connect(actors::endpoint{"127.0.0.1", store_port}, 30s);
-    ASSERT_TRUE(store) << store.error().detail;
-    auto record = store.value()->get("vessel/mesh/addr/0", 30s);  // rank 1 dials rank 0 here
-    ASSERT_TRUE(record) << record.error().detail;
-    const std::string text(reinterpret_cast<const char*>(record.value().data()),
-                           record.value().size());
-    const auto colon = text.find(':', text.find("tcp="));
-    ASSERT_NE(colon, std::string::npos) << text;
-    const std::string port = std::to_string(std::stoi(text.substr(colon + 1)));
-    const std::string cmd = "ss -K '( dport = " + port + " or sport = " + port +
-                            " )' dst 127.0.0.1 2>/dev/null | grep -c ESTAB > /dev/null";
-    // Kill until rank 0 says it is done (or its store is gone with it).
-    for (int round = 0; round < 200; ++round) {
-      auto done = store.value()->get("p2p/cut/done", 300ms);
-      if (done || done.error().code != actors::make_error_code(actors::errc::store_timeout)) break;
-      kills += std::system(cmd.c_str()) == 0 ? 1 : 0;
-    }
+    ss_kill_until(store_port, "p2p/cut/done", 300ms, 200, kills);
   });
   expect_all_ok(r);
   EXPECT_GT(kills, 0) << "ss -K never found the ranks' connection";
