@@ -15,6 +15,7 @@
 #include "io/buffer.hpp"
 #include "io/buffer_pool.hpp"
 #include "io/errc.hpp"
+#include "io/tsan_annotations.hpp"
 #include "wire/result.hpp"
 
 namespace vessel::actors {
@@ -23,21 +24,34 @@ namespace vessel::actors {
 class payload {
  public:
   payload() noexcept = default;
-  explicit payload(io::buffer_slice slice) noexcept : slice_{std::move(slice)} {}
+  /// Wraps bytes that are complete: whoever fills a block does so before wrapping it.
+  explicit payload(io::buffer_slice slice) noexcept : slice_{std::move(slice)} {
+    io::tsan_release(slice_.data());
+  }
 
   /// The bytes (read-only: other handles may share them).
-  std::span<const std::byte> bytes() const noexcept { return slice_.bytes(); }
+  std::span<const std::byte> bytes() const noexcept {
+    io::tsan_acquire(slice_.data());
+    return slice_.bytes();
+  }
   std::size_t size() const noexcept { return slice_.size(); }
   bool empty() const noexcept { return slice_.size() == 0; }
   /// The bytes as text (tests, device commands).
   std::string_view view() const noexcept {
+    io::tsan_acquire(slice_.data());
     return {reinterpret_cast<const char*>(slice_.data()), slice_.size()};
   }
 
   /// The slice, for a transport (shares the block).
-  const io::buffer_slice& slice() const noexcept { return slice_; }
+  const io::buffer_slice& slice() const noexcept {
+    io::tsan_acquire(slice_.data());
+    return slice_;
+  }
   /// Hands the slice over without touching the reference count.
-  io::buffer_slice take() && noexcept { return std::move(slice_); }
+  io::buffer_slice take() && noexcept {
+    io::tsan_acquire(slice_.data());
+    return std::move(slice_);
+  }
 
   /// A payload holding a copy of `bytes` in a block of `pool` (a cold-path helper: apps on the
   /// hot path fill a pool block themselves). io::errc::pool_exhausted when no block is free,
