@@ -84,11 +84,11 @@ const char* to_string(peer_state s) noexcept {
 detailed_result<void> mesh_config::apply_env(const env_view& env) {
   using std::chrono::duration_cast;
   using std::chrono::milliseconds;
-  auto deadline = env_ms(env, "VESSEL_PEER_TIMEOUT_MS",
-                         duration_cast<milliseconds>(liveness.peer_deadline));
+  auto deadline =
+      env_ms(env, "VESSEL_PEER_TIMEOUT_MS", duration_cast<milliseconds>(liveness.peer_deadline));
   if (!deadline) return deadline.error();
-  auto heartbeat = env_ms(env, "VESSEL_HEARTBEAT_MS",
-                          duration_cast<milliseconds>(liveness.heartbeat_interval));
+  auto heartbeat =
+      env_ms(env, "VESSEL_HEARTBEAT_MS", duration_cast<milliseconds>(liveness.heartbeat_interval));
   if (!heartbeat) return heartbeat.error();
   auto reconnect = env_ms(env, "VESSEL_RECONNECT_TIMEOUT_MS", reconnect_deadline);
   if (!reconnect) return reconnect.error();
@@ -138,6 +138,7 @@ mesh::impl::impl(mesh& m, io::reactor& r, const mesh_config& c, mesh_observer& o
       pool{c.pool},
       send_pool{c.pool},
       listener{r},
+      refreshing(c.world_size, false),
       published_states(c.world_size, peer_state::connecting) {
   // A data frame's payload may be as large as a fragment: the decoder must take it.
   tcp_options.limits.max_payload_bytes = static_cast<std::uint32_t>(
@@ -145,6 +146,7 @@ mesh::impl::impl(mesh& m, io::reactor& r, const mesh_config& c, mesh_observer& o
   links.resize(c.world_size);
   connectors.resize(c.world_size);
   addresses.resize(c.world_size);
+  records.resize(c.world_size);
   shm_dial_threads.resize(c.world_size);
   shm_dialing.assign(c.world_size, false);
   for (std::uint32_t p = 0; p < c.world_size; ++p) {
@@ -287,6 +289,112 @@ void mesh::impl::run_shm_accept_loop() {
   }
 }
 
+detailed_result<peer_address> mesh::impl::parse_record(std::uint32_t p,
+                                                       const std::string& text) const {
+  peer_address a;
+  a.shm_name = field(text, "shm");
+  const bool local_peer = same_host(config.host, host_identity::from_key(field(text, "host")));
+  const bool shm = !a.shm_name.empty() && config.transport != mesh_transport::tcp &&
+                   (config.transport == mesh_transport::shm || local_peer);
+  if (config.transport == mesh_transport::shm && a.shm_name.empty()) {
+    return fail(make_error_code(errc::transport_unavailable),
+                "mesh: shm forced but rank " + std::to_string(p) + " offers no shm listener");
+  }
+  a.via = shm ? mesh_connection::kind::shm : mesh_connection::kind::tcp;
+  auto ep = parse_endpoint(field(text, "tcp"), address_key(config, p));
+  if (!ep) return ep.error();
+  auto resolved = io::resolve(ep.value().host, ep.value().port);
+  if (!resolved) {
+    return fail(resolved.error(),
+                "mesh: cannot resolve rank " + std::to_string(p) + " at " + ep.value().to_string());
+  }
+  a.tcp = std::move(resolved.value());
+  return a;
+}
+
+void mesh::impl::request_refresh(std::uint32_t p) {
+  if (closing || p >= refreshing.size() || refreshing[p] || !store_address) return;
+  refreshing[p] = true;
+  std::lock_guard lock{refresh_mutex};
+  refresh_wanted.push_back(p);
+  refresh_cv.notify_one();
+}
+
+void mesh::impl::on_refreshed(std::uint32_t p, std::optional<std::string> record,
+                              std::optional<peer_address> address) {
+  refreshing[p] = false;
+  if (closing || !record || !address) return;
+  ++stats.address_reads;
+  if (*record == records[p]) return;  // not republished (yet): the link keeps re-dialling
+  ++stats.address_changes;
+  log::get("actors").info("mesh: rank {} published a new address ({}): dialling it", p, *record);
+  records[p] = std::move(*record);
+  addresses[p] = std::move(*address);
+  if (peer_link* l = link(p)) l->address_changed();
+}
+
+void mesh::impl::run_refresh_loop() {
+  std::unique_ptr<kv_store_client> client;
+  kv_store_client_options options;
+  // Short bounds: close() joins this thread, and a read that fails is simply asked again.
+  options.op_timeout = 2s;
+  options.attempt_timeout = 1s;
+  std::unique_lock lock{refresh_mutex};
+  for (;;) {
+    refresh_cv.wait(lock, [this] { return refresh_stop || !refresh_wanted.empty(); });
+    if (refresh_stop) break;
+    std::vector<std::uint32_t> wanted;
+    wanted.swap(refresh_wanted);
+    lock.unlock();
+    for (const std::uint32_t p : wanted) {
+      auto read =
+          std::make_shared<std::pair<std::optional<std::string>, std::optional<peer_address>>>();
+      if (!client) {
+        auto made = kv_store_client::connect(*store_address, 2s, options);
+        if (made) {
+          client = std::move(made.value());
+        } else {
+          log::get("actors").debug("mesh: cannot re-read rank {}'s address: {}", p,
+                                   made.error().message());
+        }
+      }
+      if (client) {
+        auto value = client->get(address_key(config, p));
+        if (value) {
+          std::string text(reinterpret_cast<const char*>(value.value().data()),
+                           value.value().size());
+          auto parsed = parse_record(p, text);
+          if (parsed) {
+            read->first = std::move(text);
+            read->second = std::move(parsed.value());
+          } else {
+            log::get("actors").warn("mesh: rank {}'s new record is unusable: {}", p,
+                                    parsed.error().message());
+          }
+        } else {
+          log::get("actors").debug("mesh: cannot re-read rank {}'s address: {}", p,
+                                   value.error().message());
+          client.reset();  // a store that went away: dial it afresh next time
+        }
+      }
+      reactor.post(
+          [this, p, read] { on_refreshed(p, std::move(read->first), std::move(read->second)); });
+    }
+    lock.lock();
+  }
+  lock.unlock();
+  client.reset();
+}
+
+void mesh::impl::stop_refresh() {
+  {
+    std::lock_guard lock{refresh_mutex};
+    refresh_stop = true;
+    refresh_cv.notify_all();
+  }
+  if (refresh_thread.joinable()) refresh_thread.join();
+}
+
 // ------------------------------------------------------------------------------------- mesh
 
 mesh::mesh(io::reactor& r, mesh_config config, mesh_observer& observer)
@@ -303,11 +411,19 @@ mesh::mesh(io::reactor& r, mesh_config config, mesh_observer& observer)
   impl_ = std::make_unique<impl>(*this, r, config_, observer);
 }
 
-mesh::~mesh() { close(); }
+mesh::~mesh() {
+  close();
+}
 
-io::buffer_pool& mesh::pool() noexcept { return impl_->send_pool; }
-std::size_t mesh::max_message_bytes() const noexcept { return impl_->pool.max_block_size(); }
-std::uint16_t mesh::listen_port() const noexcept { return impl_->listener.port(); }
+io::buffer_pool& mesh::pool() noexcept {
+  return impl_->send_pool;
+}
+std::size_t mesh::max_message_bytes() const noexcept {
+  return impl_->pool.max_block_size();
+}
+std::uint16_t mesh::listen_port() const noexcept {
+  return impl_->listener.port();
+}
 
 detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::milliseconds deadline) {
   if (reactor_.is_reactor_thread()) {
@@ -329,9 +445,8 @@ detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::millise
                 "mesh: cannot resolve the listen address " + config_.listen_host);
   }
   if (auto listening = m.listener.listen(local.value().front()); !listening) {
-    return fail(listening.error(), "mesh: cannot listen on " +
-                                       local.value().front().to_string() + ": " +
-                                       listening.error().message());
+    return fail(listening.error(), "mesh: cannot listen on " + local.value().front().to_string() +
+                                       ": " + listening.error().message());
   }
   result<void> started = outcome::success();
   run_on(reactor_, [&] {
@@ -365,6 +480,7 @@ detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::millise
     return set.error();
   }
   std::vector<peer_address> addresses(config_.world_size);
+  std::vector<std::string> records(config_.world_size);
   for (std::uint32_t p = 0; p < config_.world_size; ++p) {
     if (p == config_.self_rank) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -372,34 +488,24 @@ detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::millise
     auto value = store.get(address_key(config_, p), std::max(left, 1ms));
     if (!value) {
       return fail(value.error().code,
-                  "mesh: rank " + std::to_string(p) + " never published its address: " +
-                      value.error().message());
+                  "mesh: rank " + std::to_string(p) +
+                      " never published its address: " + value.error().message());
     }
-    const std::string text(reinterpret_cast<const char*>(value.value().data()),
-                           value.value().size());
-    peer_address& a = addresses[p];
-    a.shm_name = field(text, "shm");
-    const bool local_peer = same_host(config_.host, host_identity::from_key(field(text, "host")));
-    const bool shm = !a.shm_name.empty() && config_.transport != mesh_transport::tcp &&
-                     (config_.transport == mesh_transport::shm || local_peer);
-    if (config_.transport == mesh_transport::shm && a.shm_name.empty()) {
-      return fail(make_error_code(errc::transport_unavailable),
-                  "mesh: shm forced but rank " + std::to_string(p) + " offers no shm listener");
-    }
-    a.via = shm ? mesh_connection::kind::shm : mesh_connection::kind::tcp;
-    auto ep = parse_endpoint(field(text, "tcp"), address_key(config_, p));
-    if (!ep) return ep.error();
-    auto resolved = io::resolve(ep.value().host, ep.value().port);
-    if (!resolved) {
-      return fail(resolved.error(), "mesh: cannot resolve rank " + std::to_string(p) + " at " +
-                                        ep.value().to_string());
-    }
-    a.tcp = std::move(resolved.value());
+    std::string text(reinterpret_cast<const char*>(value.value().data()), value.value().size());
+    auto parsed = m.parse_record(p, text);
+    if (!parsed) return parsed.error();
+    addresses[p] = std::move(parsed.value());
+    records[p] = std::move(text);
   }
   log::get("actors").info("mesh: {}", config_.to_string());
 
+  m.store_address = store.address();
+  if (config_.world_size > 1 && !m.refresh_thread.joinable()) {
+    m.refresh_thread = std::thread{[&m] { m.run_refresh_loop(); }};
+  }
   run_on(reactor_, [&] {
     m.addresses = std::move(addresses);
+    m.records = std::move(records);
     for (auto& l : m.links) {
       if (l) l->start();
     }
@@ -492,6 +598,7 @@ void mesh::close() {
   // they posted before ending is queued before the checks below.
   m.shm_stop.store(true, std::memory_order_release);
   if (m.shm_accept_thread.joinable()) m.shm_accept_thread.join();
+  m.stop_refresh();
   for (auto& t : m.shm_dial_threads) {
     if (t.joinable()) t.join();
   }

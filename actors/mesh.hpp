@@ -121,6 +121,8 @@ struct mesh_stats {
                                         ///< handshake (the transport closed with a decode error)
   std::uint64_t dials = 0;              ///< dial attempts started
   std::uint64_t dial_failures = 0;
+  std::uint64_t address_reads = 0;      ///< peer records re-read from the store after dial failures
+  std::uint64_t address_changes = 0;    ///< ... that named a new address (a restarted peer)
 };
 
 /// Which transport a mesh uses to reach its peers.
@@ -196,6 +198,9 @@ class mesh {
   /// addresses to `store`, reads every peer's, dials the lower ranks and accepts the higher ones,
   /// and blocks until every link is up or `deadline` passes; the error then names the peers
   /// still missing and why. Links keep trying after a failed connect (close() stops them).
+  /// `store` may go once connect returns: when a peer we dial cannot be reached, a worker thread
+  /// re-reads its record through a client of its own to the same address (a restarted peer
+  /// publishes a new one; see peer_link::address_changed).
   detailed_result<void> connect(kv_store_client& store, std::chrono::milliseconds deadline);
 
   /// Reactor thread only. Queues one message to `dst` (self included: delivered locally, later

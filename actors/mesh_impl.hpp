@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/endpoint.hpp"
 #include "actors/mesh.hpp"
 #include "actors/mesh_connection.hpp"
 #include "actors/peer_link.hpp"
@@ -46,6 +47,7 @@ struct mesh::impl {
 
   std::vector<std::unique_ptr<peer_link>> links;  // [rank]; null for self
   std::vector<peer_address> addresses;            // [rank]
+  std::vector<std::string> records;               // [rank]: the store record they came from
   std::vector<std::unique_ptr<io::tcp_connector>> connectors;  // [rank]; for peers we dial
   std::vector<std::unique_ptr<mesh_connection>> connections;   // every open connection
   io::tcp_listener listener;
@@ -69,6 +71,18 @@ struct mesh::impl {
   std::atomic<bool> shm_stop{false};
   std::vector<std::thread> shm_dial_threads;  // [rank]: the latest dial's thread
   std::vector<bool> shm_dialing;              // [rank]: a dial thread has not posted yet
+
+  // Address refresh: a peer we dial that cannot be reached may have been restarted (a launcher's
+  // --restart) and published a new record under <prefix>/addr/<p>. The store is blocking, so a
+  // worker thread reads it (with a client of its own, made on first use: the one connect() was
+  // given need not outlive connect) and posts what it read to the reactor.
+  std::optional<endpoint> store_address;  // set by connect()
+  std::thread refresh_thread;
+  std::mutex refresh_mutex;
+  std::condition_variable refresh_cv;
+  std::vector<std::uint32_t> refresh_wanted;  // guarded by refresh_mutex
+  bool refresh_stop = false;                  // guarded by refresh_mutex
+  std::vector<bool> refreshing;               // [rank], reactor: queued or being read
 
   // connect()/close() from app threads wait on these (guarded by mutex).
   std::mutex mutex;
@@ -94,6 +108,18 @@ struct mesh::impl {
   /// After close(): signals the closing thread once nothing is in flight.
   void check_closed();
   void run_shm_accept_loop();
+
+  /// Parses a peer's store record ("tcp=host:port;shm=name;host=key") and resolves its TCP
+  /// address (blocking DNS: app or worker threads only).
+  detailed_result<peer_address> parse_record(std::uint32_t peer, const std::string& text) const;
+  /// Reactor thread: asks the worker to re-read `peer`'s record (one read in flight per peer).
+  void request_refresh(std::uint32_t peer);
+  /// Reactor thread: what the worker read (nullopt: the read failed; it is asked again later).
+  void on_refreshed(std::uint32_t peer, std::optional<std::string> record,
+                    std::optional<peer_address> address);
+  void run_refresh_loop();
+  /// Any thread but the reactor's: stops and joins the worker (close()).
+  void stop_refresh();
 };
 
 }  // namespace vessel::actors

@@ -67,11 +67,12 @@ peer_link::~peer_link() {
 }
 
 link_time peer_link::now() noexcept {
-  return std::chrono::duration_cast<link_time>(
-      std::chrono::steady_clock::now().time_since_epoch());
+  return std::chrono::duration_cast<link_time>(std::chrono::steady_clock::now().time_since_epoch());
 }
 
-bool peer_link::dials() const noexcept { return owner_.config.self_rank > peer_; }
+bool peer_link::dials() const noexcept {
+  return owner_.config.self_rank > peer_;
+}
 
 void peer_link::start() {
   if (!timer_op_.in_flight()) {
@@ -117,7 +118,8 @@ void peer_link::pump() {
   while (queue_count_ > 0) {
     pending_message& m = queue_[queue_head_];
     const std::uint64_t total = m.payload.size();
-    const auto count = static_cast<std::uint32_t>(total == 0 ? 1 : (total - 1) / fragment_bytes_ + 1);
+    const auto count =
+        static_cast<std::uint32_t>(total == 0 ? 1 : (total - 1) / fragment_bytes_ + 1);
     while (m.next_fragment < count) {
       const std::uint64_t offset = std::uint64_t{m.next_fragment} * fragment_bytes_;
       const std::uint64_t len = std::min<std::uint64_t>(fragment_bytes_, total - offset);
@@ -125,7 +127,7 @@ void peer_link::pump() {
       wire::frame_header h;
       h.payload_len = static_cast<std::uint32_t>(len);
       h.body = wire::data_fields{owner_.config.self_rank, peer_, m.tag, m.message_id,
-                                 m.next_fragment, count, total, offset};
+                                 m.next_fragment,         count, total, offset};
       auto submitted = sender_.submit(h, m.payload.subslice(offset, len));
       if (!submitted) {
         // writable() said yes: only a misconfiguration (fragment over the send bound) gets here.
@@ -340,10 +342,10 @@ void peer_link::service_timer() {
   if (connection_ == nullptr || state_ != peer_state::up) return;
   const link_time t = now();
   if (liveness_.peer_silent(t)) {
-    log::get("actors").warn("link to rank {}: silent for over {} ms: down", peer_,
-                            std::chrono::duration_cast<std::chrono::milliseconds>(
-                                owner_.config.liveness.peer_deadline)
-                                .count());
+    log::get("actors").warn(
+        "link to rank {}: silent for over {} ms: down", peer_,
+        std::chrono::duration_cast<std::chrono::milliseconds>(owner_.config.liveness.peer_deadline)
+            .count());
     return go_down(make_error_code(errc::link_peer_silent));
   }
   if (auto probe = liveness_.on_idle_tick(t)) {
@@ -374,8 +376,11 @@ void peer_link::attach(mesh_connection& c, const handshake_accepted& accepted) {
   }
   if (reconnect_timer_) owner_.reactor.cancel_timer(*reconnect_timer_);
   if (redial_timer_) owner_.reactor.cancel_timer(*redial_timer_);
+  if (down_poll_timer_) owner_.reactor.cancel_timer(*down_poll_timer_);
   reconnect_timer_.reset();
   redial_timer_.reset();
+  down_poll_timer_.reset();
+  revived_ = false;
   backoff_.reset();
 
   const bool restarted = peer_incarnation_ && *peer_incarnation_ != accepted.peer_incarnation;
@@ -388,6 +393,11 @@ void peer_link::attach(mesh_connection& c, const handshake_accepted& accepted) {
     return;
   }
   if (restarted) {
+    // What the old process had not acked is dropped, not resent: the new process has none of the
+    // old one's state (its receiver starts at seq 0, its app at the beginning), and a message
+    // meant for that state could be misread by the new one (tags and message ids restart). The
+    // app learns of the restart (peer_state::restarted, runtime::peer_restarts) and re-sends
+    // what it must through its own rejoin protocol (examples/README.md, data_parallel_sgd).
     log::get("actors").warn("link to rank {}: peer restarted (incarnation {} -> {}): new stream",
                             peer_, *peer_incarnation_, accepted.peer_incarnation);
     reset_streams();
@@ -450,6 +460,7 @@ void peer_link::go_down(std::error_code why) {
   if (redial_timer_) owner_.reactor.cancel_timer(*redial_timer_);
   reconnect_timer_.reset();
   redial_timer_.reset();
+  revived_ = false;
   stalled_.reset();
   // What waits for this peer will never go: release the app's blocks.
   while (queue_count_ > 0) {
@@ -458,6 +469,7 @@ void peer_link::go_down(std::error_code why) {
     --queue_count_;
   }
   set_state(peer_state::down, why);
+  arm_down_poll();
 }
 
 void peer_link::fail(std::error_code why, const char* what) {
@@ -485,12 +497,19 @@ void peer_link::reset_streams() {
 }
 
 void peer_link::start_dialing() {
-  if (closing_ || state_ == peer_state::down || connection_ != nullptr || redial_timer_) return;
+  if (closing_ || (state_ == peer_state::down && !revived_) || connection_ != nullptr ||
+      redial_timer_) {
+    return;
+  }
   owner_.dial(*this);
 }
 
 void peer_link::dial_failed(std::error_code why) {
-  if (closing_ || state_ == peer_state::down || connection_ != nullptr) return;
+  if (closing_ || connection_ != nullptr) return;
+  // The peer may be a new process at a new address: the worker re-reads its record (one read in
+  // flight at a time) while the backoff below runs; address_changed() cuts the wait short.
+  if (dials()) owner_.request_refresh(peer_);
+  if (state_ == peer_state::down && !revived_) return;
   const auto delay = backoff_.next().value_or(owner_.config.redial.max_delay);
   log::get("actors").debug("link to rank {}: dial failed ({}), again in {} us", peer_,
                            why.message(),
@@ -499,6 +518,37 @@ void peer_link::dial_failed(std::error_code why) {
     redial_timer_.reset();
     start_dialing();
   });
+}
+
+void peer_link::address_changed() {
+  if (closing_ || !dials() || connection_ != nullptr) return;
+  if (state_ == peer_state::down) {
+    log::get("actors").info(
+        "link to rank {}: down, but the rank republished its address: dialling "
+        "its next incarnation",
+        peer_);
+    revived_ = true;
+    if (down_poll_timer_) owner_.reactor.cancel_timer(*down_poll_timer_);
+    down_poll_timer_.reset();
+  }
+  if (redial_timer_) owner_.reactor.cancel_timer(*redial_timer_);
+  redial_timer_.reset();
+  backoff_.reset();
+  start_dialing();
+}
+
+void peer_link::arm_down_poll() {
+  // A down peer we dial is asked for no more, but a launcher may restart it: watch its record.
+  // (A peer that dials us needs no watch: its next incarnation dials in by itself.)
+  if (closing_ || !dials() || state_ != peer_state::down || revived_ || down_poll_timer_) return;
+  down_poll_timer_ =
+      owner_.reactor.add_timer(std::max<std::chrono::nanoseconds>(owner_.config.redial.max_delay,
+                                                                  std::chrono::milliseconds{200}),
+                               [this] {
+                                 down_poll_timer_.reset();
+                                 owner_.request_refresh(peer_);
+                                 arm_down_poll();
+                               });
 }
 
 void peer_link::drop_connection() {
@@ -510,8 +560,10 @@ void peer_link::close() {
   closing_ = true;
   if (reconnect_timer_) owner_.reactor.cancel_timer(*reconnect_timer_);
   if (redial_timer_) owner_.reactor.cancel_timer(*redial_timer_);
+  if (down_poll_timer_) owner_.reactor.cancel_timer(*down_poll_timer_);
   reconnect_timer_.reset();
   redial_timer_.reset();
+  down_poll_timer_.reset();
   if (connection_ != nullptr) {
     mesh_connection* c = connection_;
     connection_ = nullptr;
@@ -529,7 +581,9 @@ void peer_link::close() {
   if (state_ != peer_state::down) set_state(peer_state::down, make_error_code(errc::mesh_closed));
 }
 
-bool peer_link::idle() const noexcept { return !timer_op_.in_flight(); }
+bool peer_link::idle() const noexcept {
+  return !timer_op_.in_flight();
+}
 
 // ------------------------------------------------------------------------------------- counters
 

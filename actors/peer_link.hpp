@@ -79,8 +79,12 @@ class peer_link {
 
   /// Called by the mesh once the peer's address is known: starts dialling (if we dial).
   void start();
-  /// A dial attempt failed: the next one after a backoff delay.
+  /// A dial attempt failed: the next one after a backoff delay, and the peer's record is re-read
+  /// from the store (it may have been restarted at another address).
   void dial_failed(std::error_code why);
+  /// The mesh read a new record for the peer (a new process published it): dial it now, even
+  /// from down (down is final for an incarnation, and this is the next one).
+  void address_changed();
 
  private:
   struct timer_op final : io::io_op {
@@ -115,6 +119,7 @@ class peer_link {
   void go_down(std::error_code why);
   void reset_streams();
   void start_dialing();
+  void arm_down_poll();
 
   mesh::impl& owner_;
   std::uint32_t peer_;
@@ -153,6 +158,8 @@ class peer_link {
   link_time armed_{link_time::max()};
   std::optional<io::timer_id> reconnect_timer_;
   std::optional<io::timer_id> redial_timer_;
+  std::optional<io::timer_id> down_poll_timer_;  // down dialler: re-read the peer's record
+  bool revived_ = false;  // down, but the peer republished: dial its next incarnation
   io::backoff backoff_;
 
   peer_link_stats stats_;
