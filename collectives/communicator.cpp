@@ -15,6 +15,7 @@
 #include "collectives/algorithms/factory.hpp"
 #include "collectives/errc.hpp"
 #include "collectives/sim/driver.hpp"
+#include "collectives/trace_recorder.hpp"
 #include "io/log.hpp"
 
 namespace vessel::collectives {
@@ -99,6 +100,8 @@ struct collective_state {
   std::unique_ptr<algorithm> algo;
   std::vector<std::byte> scratch;
   std::optional<step_driver<received_chunk>> driver;
+  std::unique_ptr<collective_trace> trace;  // null unless VESSEL_TRACE is set
+  std::uint32_t trace_lane = 0;
 
   std::unique_ptr<actors::p2p_request[]> receives;  // a ring, posted oldest first from head
   std::size_t receive_slots = 0;
@@ -130,7 +133,11 @@ struct collective_engine {
   actors::runtime* rt;
   std::vector<std::shared_ptr<collective_state>> active;
 
+  std::vector<std::uint64_t> trace_lanes;  // per communicator id: lanes in use (bit per lane)
+
   explicit collective_engine(actors::runtime& r) : rt(&r) {}
+  /// The family's last communicator is gone: its rank's trace file gets what it ran.
+  ~collective_engine();
 
   /// One pass over every active collective; true if anything moved.
   bool progress();
@@ -147,6 +154,10 @@ struct collective_engine {
   void finish(collective_state& s);
   /// Members of `g` whose links are down (member indices).
   std::vector<std::uint32_t> down_members(const communicator_group& g) const;
+  /// VESSEL_TRACE: the collective's trace, on the lowest lane of its communicator free now.
+  void begin_trace(collective_state& s, trace_recorder& recorder, const algorithm_params& p,
+                   std::size_t message_bytes);
+  void end_trace(collective_state& s);
 };
 
 // -- collective_request
@@ -218,6 +229,7 @@ void collective_engine::send_chunk(collective_state& s, const send_step& step,
                                  std::move(block).slice(0, header_bytes + bytes.size()));
   ++s.sends_out;
   rt->submit(r);
+  if (s.trace) s.trace->sent(step.step, step.peer, bytes.size(), trace_now());
 }
 
 void collective_engine::fail(collective_state& s, std::error_code ec, std::string detail) {
@@ -279,6 +291,7 @@ bool collective_engine::advance(collective_state& s) {
     }
     const std::uint32_t step = get_u32(r.payload.data());
     const std::uint32_t chunk = get_u32(r.payload.data() + 4);
+    if (s.trace) s.trace->received(step, from, r.payload.size() - header_bytes, trace_now());
     auto delivered =
         s.driver->deliver(from, step, chunk, received_chunk{std::move(r.payload)}, emit);
     if (!delivered) {
@@ -322,6 +335,54 @@ void collective_engine::finish(collective_state& s) {
   // must not hold them until its request goes (the runtime may be shut down first).
   s.driver.reset();
   s.finished = true;
+  end_trace(s);
+}
+
+collective_engine::~collective_engine() {
+  trace_recorder* recorder = trace_recorder::global();
+  if (recorder == nullptr) return;
+  if (auto w = recorder->write(rt->rank()); !w) {
+    logger().warn("rank {}: VESSEL_TRACE: cannot write {}: {}", rt->rank(),
+                  trace_recorder::rank_path(recorder->path(), rt->rank()), w.error().message());
+  }
+}
+
+void collective_engine::begin_trace(collective_state& s, trace_recorder& recorder,
+                                    const algorithm_params& p, std::size_t message_bytes) {
+  if (s.comm_id >= trace_lanes.size()) trace_lanes.resize(s.comm_id + 1, 0);
+  std::uint64_t& busy = trace_lanes[s.comm_id];
+  std::uint32_t lane = 0;
+  while (lane + 1 < trace_lanes_per_communicator && (busy & (std::uint64_t{1} << lane)) != 0) {
+    ++lane;
+  }
+  busy |= std::uint64_t{1} << lane;
+  s.trace_lane = lane;
+  trace_event header;
+  header.rank = rt->rank();
+  header.track = s.comm_id * trace_lanes_per_communicator + lane;
+  header.communicator = s.comm_id;
+  header.comm_rank = p.rank;
+  header.comm_size = p.size;
+  header.root = p.root;
+  header.sequence = s.sequence;
+  header.count = p.count;
+  header.bytes = message_bytes;
+  header.op = s.op;
+  header.type = p.type;
+  header.reduction = p.op;
+  const std::size_t n = std::min(s.algorithm_name.size(), header.algorithm.size() - 1);
+  std::memcpy(header.algorithm.data(), s.algorithm_name.data(), n);
+  s.trace = std::make_unique<collective_trace>(recorder, header, 2 * std::size_t{p.size} + 2,
+                                               trace_now());
+}
+
+void collective_engine::end_trace(collective_state& s) {
+  if (!s.trace) return;
+  s.trace->finish(s.error, trace_now());
+  s.trace.reset();
+  if (s.comm_id < trace_lanes.size()) {
+    trace_lanes[s.comm_id] &= ~(std::uint64_t{1} << s.trace_lane);
+  }
 }
 
 bool collective_engine::progress() {
@@ -577,8 +638,12 @@ collective_request communicator::start(collective_op op, algorithm_params params
 
   collective_engine& e = *engine_;
   collective_state& st = *s;
+  if (trace_recorder* recorder = trace_recorder::global()) {
+    e.begin_trace(st, *recorder, params, message_bytes);
+  }
   if (e.check_members(st)) {  // a member already gone: fail at once, send nothing
     st.finished = true;
+    e.end_trace(st);
     return {engine_, std::move(s)};
   }
   auto emit = [&e, &st](const send_step& step, std::span<const std::byte> bytes) {
