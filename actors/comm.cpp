@@ -257,9 +257,9 @@ struct comm::impl {
     for (std::uint32_t k = 0, dist = 1; dist < n; ++k, dist <<= 1) {
       const std::uint32_t to = (rank() + dist) % n;
       const std::uint32_t from = (rank() + n - dist) % n;
-      send(std::span<const std::byte>{&token, 1}, to, base | k);
       std::byte got{};
-      receive_until(std::span<std::byte>{&got, 1}, from, base | k, deadline, timeout);
+      exchange(std::span<const std::byte>{&token, 1}, to, std::span<std::byte>{&got, 1}, from,
+               base | k, deadline, timeout);
     }
   }
 
@@ -268,6 +268,31 @@ struct comm::impl {
     p2p_request first;
     p2p_request::make_receive(first, from, tag);
     rt->submit(first);
+    receive_posted(first, into, deadline, timeout);
+  }
+
+  /// One round: sends `out` to `to` and receives into `into` from `from`. The receive is posted
+  /// before the send, so both cross to the reactor in one batch and a reply that comes back
+  /// before the send's hand-over is matched at once (one thread hand-off less per round).
+  void exchange(std::span<const std::byte> out, std::uint32_t to, std::span<std::byte> into,
+                std::uint32_t from, std::uint64_t tag, clock::time_point deadline,
+                std::chrono::milliseconds timeout) {
+    p2p_request first;
+    p2p_request::make_receive(first, from, tag);
+    rt->submit(first);
+    try {
+      send(out, to, tag);
+    } catch (...) {
+      if (!first.done()) rt->cancel(first);
+      first.wait();
+      throw;
+    }
+    receive_posted(first, into, deadline, timeout);
+  }
+
+  /// Finishes a receive into `into` whose first chunk is already posted as `first`.
+  void receive_posted(p2p_request& first, std::span<std::byte> into, clock::time_point deadline,
+                      std::chrono::milliseconds timeout) {
     await_first(first, deadline, timeout);
     finish_receive(
         first, [](std::size_t) {},
@@ -321,8 +346,7 @@ struct comm::impl {
     std::uint32_t round = 0;
     for (std::uint32_t mask = 1; mask < p2; mask <<= 1, ++round) {
       const std::uint32_t partner = me ^ mask;
-      send(bytes, partner, base | round);
-      receive_until(other_bytes, partner, base | round, deadline, timeout);
+      exchange(bytes, partner, other_bytes, partner, base | round, deadline, timeout);
       reduce<T>(data, other, op, me < partner);
     }
     if (me < extra) send(bytes, me + p2, base | 0xfe);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -124,9 +125,13 @@ void p2p_request::make_receive(p2p_request& r, std::uint32_t source, std::uint64
 
 void p2p_request::complete(std::error_code ec) noexcept {
   error = ec;
+  runtime* const events = events_owner_;  // read first: the owner may reuse us once done
   std::atomic<std::uint32_t>* word = &state_;
   word->store(1, std::memory_order_release);
   futex_wake(word);
+  // After the store, so that a waiter that saw events() unchanged also sees done() (see
+  // runtime::wait_events); the runtime outlives every completion it makes.
+  if (events != nullptr) events->signal_events();
 }
 
 void p2p_request::wait() const noexcept {
@@ -150,6 +155,34 @@ bool p2p_request::wait_until(clock::time_point deadline) const noexcept {
     futex_wait(&state_, 0, &ts);
   }
   return true;
+}
+
+// -- events (one sleep for many requests) ---------------------------------------------------------
+
+void runtime::signal_events() noexcept {
+  events_.fetch_add(1, std::memory_order_seq_cst);
+  if (event_sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&events_), FUTEX_WAKE_PRIVATE, INT_MAX,
+            nullptr, nullptr, 0);
+}
+
+bool runtime::wait_events(std::uint32_t seen, clock::time_point deadline) const noexcept {
+  // Dekker with signal_events(): we count ourselves a sleeper before the kernel compares the
+  // word; it bumps the word before it looks for sleepers. One of us sees the other.
+  event_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  while (events_.load(std::memory_order_seq_cst) == seen) {
+    if (deadline == clock::time_point::max()) {
+      futex_wait(&events_, seen, nullptr);
+      continue;
+    }
+    const auto left = deadline - clock::now();
+    if (left <= clock::duration::zero()) break;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    futex_wait(&events_, seen, &ts);
+  }
+  event_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  return events_.load(std::memory_order_seq_cst) != seen;
 }
 
 // -- options -------------------------------------------------------------------------------------
@@ -387,6 +420,7 @@ bool runtime::enqueue(p2p_request& r, bool cancel) noexcept {
 }
 
 void runtime::submit(p2p_request& r) noexcept {
+  r.events_owner_ = r.signal_events_ ? this : nullptr;
   enqueue(r, false);
 }
 
@@ -577,6 +611,7 @@ void runtime::on_peer_state(std::uint32_t peer, peer_state s, std::error_code wh
   if (peer < world_ && peer_states_) {
     if (s == peer_state::restarted) peer_restarts_[peer].fetch_add(1, std::memory_order_relaxed);
     peer_states_[peer].store(static_cast<std::uint8_t>(s), std::memory_order_release);
+    signal_events();  // a collective waiting on a member that went down fails now, not later
   }
   if (s == peer_state::up || s == peer_state::connecting) {
     logger().debug("rank {}: link to rank {} {}", rank_, peer, to_string(s));

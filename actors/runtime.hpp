@@ -8,7 +8,8 @@
 // thread. Requests cross to the reactor in batches: the first submit into an empty queue posts
 // one wake-up, later ones only append, so a burst of small sends costs one hand-off (DESIGN.md,
 // "Where the time goes"). Completions run on the reactor thread and end with a futex wake of the
-// waiting thread; nothing else crosses back.
+// waiting thread (and, for requests that ask, of events(): one word a thread with many requests
+// in flight sleeps on); nothing else crosses back.
 //
 // Flow control: a send completes when the mesh has accepted the message (its bytes are then the
 // link's to resend until acked); when the link pushes back, the request waits in a per-peer
@@ -64,6 +65,9 @@ class p2p_request {
   void wait() const noexcept;
   /// As wait(), up to `deadline`; false if still not done.
   bool wait_until(std::chrono::steady_clock::time_point deadline) const noexcept;
+  /// Also signal runtime::events() when this request completes, so that one thread can sleep on
+  /// many requests at once (the collectives' driver). Kept across make_send/make_receive.
+  void signal_events(bool on) noexcept { signal_events_ = on; }
 
   // -- What was asked.
   kind what = kind::send;
@@ -85,6 +89,8 @@ class p2p_request {
 
   std::atomic<std::uint32_t> state_{0};        // 0 in flight, 1 done; a futex word
   std::atomic<std::uint32_t> cancel_seen_{0};  // set by the reactor once it ran a cancel
+  bool signal_events_ = false;
+  runtime* events_owner_ = nullptr;  // whose events() to signal, set by submit()
   // Reactor thread only.
   receive_id receive_ = 0;
   p2p_request* prev_ = nullptr;  // pending receives, for failing those of a peer gone down
@@ -173,6 +179,13 @@ class runtime : private mesh_observer, private credit_sink {
   peer_state peer_status(std::uint32_t peer) const noexcept;
   std::uint64_t peer_restarts(std::uint32_t peer) const noexcept;
 
+  /// Any thread. A counter that moves whenever a request with signal_events() completes and
+  /// whenever a peer's state changes: a waiter reads it, looks at its requests, and sleeps with
+  /// wait_events() until it moves, woken by the completion itself (no polling).
+  std::uint32_t events() const noexcept { return events_.load(std::memory_order_seq_cst); }
+  /// Sleeps until events() differs from `seen` or `deadline` passes; false on the deadline.
+  bool wait_events(std::uint32_t seen, std::chrono::steady_clock::time_point deadline) const noexcept;
+
  private:
   struct queued {
     p2p_request* request;
@@ -240,6 +253,13 @@ class runtime : private mesh_observer, private credit_sink {
   std::condition_variable block_cv_;
 
   std::atomic<bool> shut_down_{false};
+
+  // events(): bumped by completions that asked for it and by on_peer_state; the futex is woken
+  // only while someone sleeps on it (a wake is a syscall on every completion otherwise).
+  mutable std::atomic<std::uint32_t> events_{0};
+  mutable std::atomic<std::uint32_t> event_sleepers_{0};
+  friend class p2p_request;
+  void signal_events() noexcept;
 
   // Per peer, written by the reactor in on_peer_state, read by any thread (peer_status()).
   std::unique_ptr<std::atomic<std::uint8_t>[]> peer_states_;

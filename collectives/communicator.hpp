@@ -5,7 +5,10 @@
 // Driving: from the calling thread, through p2p_requests handed to the runtime's reactor in
 // batches (the reactor-thread driver of DESIGN.md is the next step). A collective in progress
 // advances inside wait() of any collective of the same family (below), so several non-blocking
-// collectives never wait on each other.
+// collectives never wait on each other. wait() sleeps on the runtime's events word
+// (actors::runtime::wait_events), which every request of a collective and every link state
+// change moves: the completion itself wakes the waiter, and the sleep ends no later than the
+// earliest collective's timeout.
 //
 // Tags (in actors::reserved_tag_base's range; comm.cpp's own collectives use bit 63 with a
 // sequence number in bits 16..61, far below bit 62):

@@ -149,6 +149,46 @@ TEST_F(comm_test, thousands_of_small_messages_keep_their_order) {
   EXPECT_GE(c_.matching_stats().arrived, static_cast<std::uint64_t>(n));
 }
 
+TEST_F(comm_test, a_request_that_signals_events_wakes_a_thread_sleeping_on_them) {
+  actors::runtime& rt = c_.runtime();
+  // Nothing signals: the sleep ends on its deadline with the word unchanged.
+  const std::uint32_t quiet = rt.events();
+  EXPECT_FALSE(rt.wait_events(quiet, std::chrono::steady_clock::now() + 20ms));
+
+  // A receive posted before its message: the sleeper is woken by its completion alone (the
+  // deadline is far away), and the request is done by then.
+  actors::p2p_request receive;
+  receive.signal_events(true);
+  actors::p2p_request::make_receive(receive, 0, 77);
+  const std::uint32_t seen = rt.events();
+  rt.submit(receive);
+  std::thread sender{[&] {
+    std::this_thread::sleep_for(10ms);
+    const auto d = bytes_of(8, 5);
+    c_.send(d, 0, 77);
+  }};
+  for (std::uint32_t now_seen = seen; !receive.done(); now_seen = rt.events()) {
+    ASSERT_TRUE(rt.wait_events(now_seen, std::chrono::steady_clock::now() + 60s));
+  }
+  sender.join();
+  EXPECT_NE(rt.events(), seen);
+  EXPECT_FALSE(receive.error);
+  EXPECT_EQ(receive.source, 0u);
+  EXPECT_EQ(receive.matched_tag, 77u);
+  EXPECT_GE(receive.payload.size(), 8u);
+
+  // A request that did not ask leaves the word alone.
+  actors::p2p_request silent;
+  actors::p2p_request::make_receive(silent, 0, 78);
+  const auto d = bytes_of(8, 6);
+  c_.send(d, 0, 78);
+  const std::uint32_t before = rt.events();
+  rt.submit(silent);
+  silent.wait();
+  EXPECT_FALSE(silent.error);
+  EXPECT_EQ(rt.events(), before);
+}
+
 TEST_F(comm_test, finalize_is_idempotent_and_later_calls_throw) {
   c_.finalize();
   c_.finalize();
