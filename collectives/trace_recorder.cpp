@@ -364,20 +364,15 @@ void collective_trace::received(std::uint32_t step, std::uint32_t peer, std::siz
 void collective_trace::finish(std::error_code error, std::int64_t now_ns) {
   const std::int64_t end_ns = std::max(now_ns, start_ns_);
   out_.clear();
-  trace_event& whole = out_.emplace_back(header_);
-  whole.start_ns = start_ns_;
-  whole.duration_ns = end_ns - start_ns_;
-  whole.error = error;
-  whole.is_step = false;
+  out_.push_back(header_);  // the collective itself; completed below (out_ may grow: no reference)
+  trace_traffic sum;
 
-  // Steps in the order the rank began them, laid end to end (the header says why).
-  auto first = std::partition(steps_.begin(), steps_.end(),
-                              [](const step_record& s) { return s.first_ns >= 0; });
-  std::sort(steps_.begin(), first, [](const step_record& a, const step_record& b) {
-    return a.first_ns != b.first_ns ? a.first_ns < b.first_ns : a.step < b.step;
-  });
+  // Steps in their order (rounds follow each other in every algorithm of algorithms/), laid end
+  // to end (the header says why). Not by first activity: a chunk from a peer a round ahead
+  // arrives, and is recorded, before this rank's own part of the round before.
   std::int64_t cursor = start_ns_;
-  for (auto it = steps_.begin(); it != first; ++it) {
+  for (auto it = steps_.begin(); it != steps_.end(); ++it) {
+    if (it->first_ns < 0) continue;
     const std::int64_t begin = std::clamp(it->first_ns, cursor, end_ns);
     const std::int64_t end = std::clamp(it->last_ns, begin, end_ns);
     cursor = end;
@@ -387,7 +382,6 @@ void collective_trace::finish(std::error_code error, std::int64_t now_ns) {
     e.start_ns = begin;
     e.duration_ns = end - begin;
     e.traffic = it->traffic;
-    trace_traffic& sum = whole.traffic;
     sum.bytes_sent += it->traffic.bytes_sent;
     sum.bytes_received += it->traffic.bytes_received;
     sum.chunks_sent += it->traffic.chunks_sent;
@@ -399,6 +393,12 @@ void collective_trace::finish(std::error_code error, std::int64_t now_ns) {
     sum.to.others |= it->traffic.to.others;
     sum.from.others |= it->traffic.from.others;
   }
+  trace_event& whole = out_.front();
+  whole.start_ns = start_ns_;
+  whole.duration_ns = end_ns - start_ns_;
+  whole.error = error;
+  whole.is_step = false;
+  whole.traffic = sum;
   recorder_->record(out_);
 }
 

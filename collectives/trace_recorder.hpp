@@ -6,10 +6,10 @@
 // (pid) = world rank, thread (tid) = its communicator (communicator id * 64 + a lane: non-blocking
 // collectives in flight together on one communicator take lanes 1, 2, ... so that events on one
 // track never overlap). Inside it, one event per algorithm step (round) this rank took part in,
-// with the peers it sent to and received from and the bytes each way. A step's event runs from
-// the end of the previous one (or its own first chunk, if later) to its last chunk sent or
-// received: pipelined steps overlap in time, and a track must nest, so the timeline shows when
-// the rank moved on to each step.
+// with the peers it sent to and received from and the bytes each way. Steps are laid out in step
+// order, each from the end of the previous one (or its own first chunk, if later) to its last
+// chunk sent or received: pipelined steps overlap in time, a peer a round ahead sends early, and
+// a track must nest, so the timeline shows when the rank moved on to each step.
 //
 // Cost: unset, a collective pays one null-pointer test per chunk. Set, a chunk costs a clock read
 // and a few additions into the collective's step records (reserved at its start); the events of

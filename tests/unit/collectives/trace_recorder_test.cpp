@@ -122,8 +122,9 @@ TEST(trace_recorder, a_step_beyond_the_bound_shares_the_last_record) {
   t.finish({}, 30);
   const auto events = rec.events(0);
   ASSERT_EQ(events.size(), 3u);
-  EXPECT_EQ(events[1].step, collective_trace::max_steps - 1);
-  EXPECT_EQ(events[2].step, 0u);
+  EXPECT_EQ(events[1].step, 0u);
+  EXPECT_EQ(events[2].step, collective_trace::max_steps - 1);
+  EXPECT_EQ(events[2].start_ns, 20) << "laid after step 0, though its chunk came first";
 }
 
 TEST(trace_recorder, the_bound_drops_whole_collectives_and_the_file_says_so) {
