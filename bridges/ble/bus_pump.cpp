@@ -3,6 +3,8 @@
 #include <poll.h>
 #include <time.h>
 
+#include <utility>
+
 namespace vessel::bridges::ble {
 namespace {
 
@@ -24,8 +26,16 @@ bus_pump::~bus_pump() {
 }
 
 void bus_pump::poll_op::complete(int res, std::uint32_t) {
-  if (res == -ECANCELED || owner.stopped_) return;
+  // Nothing may touch `owner` after release_if_idle(): the pump may be gone.
+  if (res == -ECANCELED || owner.stopped_) return owner.release_if_idle();
   owner.pump();
+}
+
+void bus_pump::release_if_idle() noexcept {
+  if (!stopped_ || !idle() || !released_) return;
+  // Destroying the callback may destroy this pump (it may hold its owner's last reference).
+  auto released = std::exchange(released_, nullptr);
+  released();
 }
 
 void bus_pump::kick() noexcept {
@@ -72,13 +82,16 @@ void bus_pump::arm() {
   timer_armed_ = true;
 }
 
-void bus_pump::shutdown() noexcept {
+void bus_pump::shutdown(std::function<void()> released) noexcept {
   stopped_ = true;
-  if (!reactor_.ring_open()) return;
-  if (in_op_.in_flight()) reactor_.cancel(in_op_);
-  if (out_op_.in_flight()) reactor_.cancel(out_op_);
-  if (timer_armed_) reactor_.cancel_timer(timer_);
-  timer_armed_ = false;
+  if (released) released_ = std::move(released);
+  if (reactor_.ring_open()) {
+    if (in_op_.in_flight()) reactor_.cancel(in_op_);
+    if (out_op_.in_flight()) reactor_.cancel(out_op_);
+    if (timer_armed_) reactor_.cancel_timer(timer_);
+    timer_armed_ = false;
+  }
+  release_if_idle();
 }
 
 }  // namespace vessel::bridges::ble

@@ -5,6 +5,7 @@
 // sdbus-c++ 1.2's PollData has no eventFd, so every bus call must come from the reactor thread.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <sdbus-c++/IConnection.h>
@@ -29,9 +30,12 @@ class bus_pump {
   /// Processes everything pending and re-arms the poll and the timer (reactor thread).
   void pump();
 
-  /// Stops polling; the ops complete with -ECANCELED later, so keep the pump alive until
-  /// the reactor has stopped or ops_in_flight() says so.
-  void shutdown() noexcept;
+  /// Stops polling; the ops complete with -ECANCELED later, so keep the pump alive until then.
+  /// `released` runs on the reactor thread once no poll is in flight: at once when none is, else
+  /// from the last cancelled poll's completion (also when the reactor stops and cancels it). An
+  /// owner hands its last reference to `released` and the pump goes with it; a timer could not
+  /// hold that reference, since a stopping reactor drops its timers while the polls are in flight.
+  void shutdown(std::function<void()> released = {}) noexcept;
   /// True when no poll is in flight: the pump may be destroyed.
   bool idle() const noexcept { return !in_op_.in_flight() && !out_op_.in_flight(); }
 
@@ -43,6 +47,7 @@ class bus_pump {
   };
 
   void arm();
+  void release_if_idle() noexcept;
 
   io::reactor& reactor_;
   sdbus::IConnection& bus_;
@@ -53,6 +58,7 @@ class bus_pump {
   std::uint64_t timer_deadline_us_ = UINT64_MAX;
   bool kick_posted_ = false;
   bool stopped_ = false;
+  std::function<void()> released_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // guards posted kicks and timers
 };
 

@@ -64,10 +64,9 @@ using impl_actor = ble_device_actor::extend<
 /// Everything that touches D-Bus: reactor thread only (constructed elsewhere, then handed over).
 class device_core : public std::enable_shared_from_this<device_core> {
  public:
-  device_core(io::reactor& reactor, io::buffer_pool& pool, ble_device_config config,
+  device_core(io::buffer_pool& pool, ble_device_config config,
               std::unique_ptr<bluez_client> client, caf::actor owner)
-      : reactor_{reactor},
-        pool_{pool},
+      : pool_{pool},
         config_{std::move(config)},
         client_{std::move(client)},
         owner_{std::move(owner)},
@@ -97,6 +96,7 @@ class device_core : public std::enable_shared_from_this<device_core> {
   }
 
   void call(std::uint64_t id, const std::string& command, std::vector<std::uint8_t> data) {
+    if (start_error_) return fail(id, *start_error_);
     if (!ready_) return hold(id, [this, id, command, d = std::move(data)]() mutable {
       call(id, command, std::move(d));
     });
@@ -111,6 +111,7 @@ class device_core : public std::enable_shared_from_this<device_core> {
   }
 
   void send(std::uint64_t id, const std::string& command, std::vector<std::uint8_t> data) {
+    if (start_error_) return fail(id, *start_error_);
     if (!ready_) return hold(id, [this, id, command, d = std::move(data)]() mutable {
       send(id, command, std::move(d));
     });
@@ -152,12 +153,15 @@ class device_core : public std::enable_shared_from_this<device_core> {
     tell(core_snapshot{id, s});
   }
 
-  /// Disconnects, then lets the bus go once its polls have completed (the pump must outlive them).
+  /// Disconnects, then lets the bus go once its polls have completed (the pump must outlive
+  /// them): the pump holds this core's last reference until then.
   void close() {
-    device_.close();  // fails what is pending with errc::closed: the actor is gone, nobody listens
+    // What is pending fails with errc::closed (the actor answered its requests already).
+    for (auto& [id, fn] : std::exchange(waiting_, {}))
+      fail(id, ble_error{errc::closed, device_.label(), {}, "device closed"});
+    device_.close();
     owner_ = nullptr;
-    client_->pump().shutdown();
-    release_when_idle(shared_from_this());
+    client_->pump().shutdown([self = shared_from_this()] {});
   }
 
  private:
@@ -173,6 +177,9 @@ class device_core : public std::enable_shared_from_this<device_core> {
 
   void ready(ble_result<void> r) {
     if (!r) {
+      // The actor ends on this; requests that reach the core before it has are answered with
+      // the same error rather than held for a link that will not come.
+      start_error_ = r.error();
       for (auto& [id, fn] : std::exchange(waiting_, {})) fail(id, r.error());
       return tell(core_ready{r.error().code, r.error().to_string()});
     }
@@ -253,7 +260,7 @@ class device_core : public std::enable_shared_from_this<device_core> {
         }
         ++calls_failed_by_outage_;
         fail(it->second.call_id,
-             ble_error{errc::link_lost, config_.peripheral.address, config_.nus.rx_uuid,
+             ble_error{errc::link_lost, device_.label(), config_.nus.rx_uuid,
                        "link lost after the frame call was written: " + e.reason});
         it = frame_calls_.erase(it);
       }
@@ -287,20 +294,11 @@ class device_core : public std::enable_shared_from_this<device_core> {
   void fail(std::uint64_t id, const ble_error& e) { tell(core_reply{id, {}, e.code, e.to_string()}); }
 
   ble_error no_frames(bool calls = false) const {
-    return ble_error{errc::not_supported, config_.peripheral.address, {},
+    return ble_error{errc::not_supported, device_.label(), {},
                      calls ? "frame calls need ble_frame_mode::vessel"
                            : "frames need ble_frame_mode::serial or vessel"};
   }
 
-  static void release_when_idle(std::shared_ptr<device_core> self) {
-    if (self->client_->pump().idle()) return;
-    auto& r = self->reactor_;
-    r.add_timer(std::chrono::milliseconds{5}, [self = std::move(self)]() mutable {
-      release_when_idle(std::move(self));
-    });
-  }
-
-  io::reactor& reactor_;
   io::buffer_pool& pool_;
   ble_device_config config_;
   std::unique_ptr<bluez_client> client_;
@@ -311,6 +309,7 @@ class device_core : public std::enable_shared_from_this<device_core> {
   std::map<std::uint64_t, pending_frame_call> frame_calls_;  // by request id
   std::uint64_t next_request_id_ = 1;
   bool ready_ = false;
+  std::optional<ble_error> start_error_;  // the first link failed: every request gets this
   std::vector<std::pair<std::uint64_t, std::function<void()>>> waiting_;
   std::uint64_t outages_ = 0;
   std::uint64_t frames_in_ = 0;   // serial mode
@@ -365,6 +364,23 @@ caf::error reactor_gone() {
   return actors::to_caf_error(actors::actor_errc::node_stopped, "the reactor has stopped");
 }
 
+// Answers every request still open with `err`: none is left unanswered when the actor ends (a
+// promise CAF 0.17 destroys undelivered leaves its requester waiting for its own timeout).
+void fail_pending(self_ptr self, const caf::error& err) {
+  auto& st = self->state;
+  for (auto& [id, p] : std::exchange(st.calls, {})) p.deliver(err);
+  for (auto& [id, p] : std::exchange(st.sends, {})) p.deliver(err);
+  for (auto& [id, s] : std::exchange(st.snapshots, {})) {
+    if (s.stats) s.stats->deliver(err);
+    if (s.status) s.status->deliver(err);
+  }
+}
+
+void fail_and_quit(self_ptr self, caf::error err) {
+  fail_pending(self, err);
+  self->quit(std::move(err));
+}
+
 impl_actor::behavior_type ble_device_impl(self_ptr self, io::reactor* reactor,
                                           io::buffer_pool* pool, ble_device_config config) {
   actors::keep_exception_text(self);
@@ -379,12 +395,19 @@ impl_actor::behavior_type ble_device_impl(self_ptr self, io::reactor* reactor,
     if (!client) {
       self->quit(actors::to_caf_error(client.error().code, client.error().to_string()));
     } else {
-      init.core = std::make_shared<device_core>(*reactor, *pool, init.config,
+      init.core = std::make_shared<device_core>(*pool, init.config,
                                                 std::move(client).value(),
                                                 caf::actor_cast<caf::actor>(self));
       if (!init.on_reactor([](device_core& c) { c.start(); })) self->quit(reactor_gone());
     }
   }
+  // An exit message (supervisor shutdown, a link) ends the actor, but answers its requests first.
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    if (!em.reason) return;  // a linked actor that ended normally: as CAF's default handler
+    fail_pending(self, actors::to_caf_error(errc::closed, self->state.config.name + ": stopped (" +
+                                                              actors::describe(em.reason) + ")"));
+    self->quit(std::move(em.reason));
+  });
 
   return {
       [self](actors::call_atom, std::string& command, actors::payload& data,
@@ -465,7 +488,7 @@ impl_actor::behavior_type ble_device_impl(self_ptr self, io::reactor* reactor,
         if (r.ec) {
           // The first link failed: end, so that the supervisor retries with its backoff.
           log::get("bridges").warn("ble {}: {}", self->state.config.name, r.detail);
-          self->quit(actors::to_caf_error(r.ec, r.detail));
+          fail_and_quit(self, actors::to_caf_error(r.ec, r.detail));
           return;
         }
         self->state.ready = true;

@@ -17,7 +17,10 @@ const char* to_string(link_state s) noexcept {
 }
 
 peripheral::peripheral(bluez_client& client, peripheral_config config)
-    : client_{client}, config_{std::move(config)}, backoff_{config_.reconnect} {}
+    : client_{client},
+      config_{std::move(config)},
+      backoff_{config_.reconnect},
+      label_{config_.address.empty() ? config_.name : config_.address} {}
 
 peripheral::~peripheral() {
   *alive_ = false;
@@ -27,7 +30,7 @@ peripheral::~peripheral() {
 }
 
 ble_error peripheral::error(errc e, std::string uuid, std::string detail) const {
-  return ble_error{e, config_.address, std::move(uuid), std::move(detail)};
+  return ble_error{e, label_, std::move(uuid), std::move(detail)};
 }
 
 void peripheral::start(done_fn ready) {
@@ -53,8 +56,8 @@ void peripheral::start(done_fn ready) {
 }
 
 void peripheral::locate() {
-  if (const auto path = client_.device_path(config_.address)) {
-    device_path_ = *path;
+  if (const auto known = client_.devices(wanted()); !known.empty()) {
+    found(known.front());
     return begin_connect();
   }
   // Unknown to BlueZ: discover it. Bonded/cached devices were found above; they never advertise
@@ -64,7 +67,7 @@ void peripheral::locate() {
   const auto gen = ++link_generation_;
   std::weak_ptr<bool> alive = alive_;
   client_.start_discovery(
-      scan_filter{{}, config_.address, {}}, [this, alive, gen](ble_result<void> r) {
+      wanted(), [this, alive, gen](ble_result<void> r) {
         if (alive.expired() || gen != link_generation_ || r || r.error().code == errc::in_progress)
           return;
         fail_start(r.error());
@@ -115,9 +118,8 @@ void peripheral::begin_connect() {
 }
 
 void peripheral::on_device(const device_info& d) {
-  if (state_ == link_state::discovering && !d.address.empty() &&
-      scan_filter{{}, config_.address, {}}.matches(d)) {
-    device_path_ = d.path;
+  if (state_ == link_state::discovering && !d.address.empty() && wanted().matches(d)) {
+    found(d);
     client_.stop_discovery([](ble_result<void>) {});
     return begin_connect();
   }
@@ -125,6 +127,11 @@ void peripheral::on_device(const device_info& d) {
   if (state_ == link_state::connecting && d.connected && d.services_resolved) return link_ready();
   if (state_ == link_state::ready && (!d.connected || !d.services_resolved))
     return link_lost(d.connected ? "services no longer resolved" : "link lost");
+}
+
+void peripheral::found(const device_info& d) {
+  device_path_ = d.path;
+  if (!d.address.empty()) label_ = d.address;
 }
 
 void peripheral::link_ready() {
@@ -340,7 +347,7 @@ void peripheral::issue(std::shared_ptr<request> r) {
     in_flight_.erase(it);
     if (!res) {
       ble_error e = res.error();
-      e.device = config_.address;
+      e.device = label_;
       e.characteristic = req->uuid;
       const auto code = e.code;
       if (code == errc::not_authorized && config_.pair_when_required && !req->paired_once) {

@@ -23,7 +23,9 @@ namespace vessel::bridges::ble {
 
 /// How a peripheral is reached and kept. Every key with its default.
 struct peripheral_config {
-  std::string address;                                  ///< C0:FF:EE:00:00:01
+  std::string address;  ///< C0:FF:EE:00:00:01; empty: the device is found by `name`
+  std::string name;     ///< its advertised name (Alias), when no address is given
+  std::vector<std::string> services;  ///< it must advertise one of these service UUIDs (if any)
   std::chrono::milliseconds connect_timeout{10'000};    ///< Connect + ServicesResolved
   std::chrono::milliseconds discovery_timeout{10'000};  ///< to find a device BlueZ does not know
   std::chrono::milliseconds request_timeout{15'000};  ///< a request's whole life, outages included
@@ -81,6 +83,11 @@ class peripheral {
   void unsubscribe(std::string uuid, done_fn done);
   void on_outage(outage_fn fn) { outage_listeners_.push_back(std::move(fn)); }
 
+  /// Which devices are this peripheral: address, or name, and services.
+  scan_filter wanted() const { return scan_filter{config_.name, config_.address, config_.services}; }
+  /// How errors name the device: its address once known, else the configured name.
+  const std::string& label() const noexcept { return label_; }
+
   link_state state() const noexcept { return state_; }
   /// Bytes one write or notification carries on the current link: ATT MTU - 3.
   std::size_t payload_size() const noexcept { return payload_size_; }
@@ -103,6 +110,7 @@ class peripheral {
   };
 
   void locate();
+  void found(const device_info& d);
   void begin_connect();
   void on_device(const device_info& d);
   void link_ready();
@@ -122,6 +130,7 @@ class peripheral {
   io::backoff backoff_;
   link_state state_ = link_state::idle;
   std::string device_path_;
+  std::string label_;
   std::size_t payload_size_ = 20;
   std::uint64_t link_generation_ = 0;  // bumps on every link up/down: stale callbacks check it
   done_fn on_first_ready_;
