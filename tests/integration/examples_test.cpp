@@ -148,12 +148,10 @@ TEST(examples, data_parallel_sgd_on_three_ranks_gives_the_same_data_uneven_shard
   expect_sgd_trained(vessel_run(3, "data_parallel_sgd", small_sgd), 3);
 }
 
-// DISABLED until the mesh re-links a restarted rank (a known failure, not a skip): the restarted
-// rank 2 publishes a new address, but rank 3 keeps re-dialling the one it read at start-up
-// (mesh::impl::addresses is never refreshed from the store), so its link stays "reconnecting" and
-// rank 2's comm::init fails with "peers not up: 3 (connecting)". The survivors do time out and
-// regroup as they should. Run it with --gtest_also_run_disabled_tests.
-TEST(examples, DISABLED_data_parallel_sgd_survives_a_killed_rank_under_restart) {
+// The restarted rank 2 publishes a new address; rank 3, which dials it, re-reads it from the store
+// once its re-dials of the old one fail (mesh: address refresh), and rank 2 rejoins through rank 0
+// (examples/README.md, the rejoin sequence).
+TEST(examples, data_parallel_sgd_survives_a_killed_rank_under_restart) {
   // Rank 2 SIGKILLs itself at step 20; vessel-run restarts it; the survivors' allreduce fails
   // after --fail-timeout-ms, everyone regroups through rank 0, the new process gets the weights.
   const outcome o = vessel_run(
