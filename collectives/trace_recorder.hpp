@@ -19,11 +19,12 @@
 // (otherData.dropped_events, and an instant event "trace truncated").
 //
 // Files: rank r writes out.rank<r>.json (the path with the rank inserted before its extension)
-// when its last communicator of a family goes and again at exit; scripts/vessel-trace-merge
-// makes out.json with every rank as one process from them. Timestamps are microseconds since the
-// Unix epoch (system_clock read once, steady_clock since), so ranks on different hosts line up as
-// well as their clocks do. Only the communicator's collectives are traced, not vessel::comm's
-// own (world.allreduce & co. in actors/comm.hpp).
+// when its last communicator of a family goes and again at exit; vessel-run joins them into
+// out.json at the end of the job (tools/vessel_run/trace_merge.hpp), scripts/vessel-trace-merge
+// does it for jobs mpirun or srun started. Timestamps are microseconds since the Unix epoch
+// (system_clock read once, steady_clock since), so ranks on different hosts line up as well as
+// their clocks do. Only the communicator's collectives are traced, not vessel::comm's own
+// (world.allreduce & co. in actors/comm.hpp).
 
 #include <array>
 #include <chrono>

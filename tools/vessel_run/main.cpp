@@ -25,6 +25,7 @@
 #include "tools/vessel_run/job_secrets.hpp"
 #include "tools/vessel_run/launcher.hpp"
 #include "tools/vessel_run/topology.hpp"
+#include "tools/vessel_run/trace_merge.hpp"
 
 namespace {
 
@@ -191,5 +192,22 @@ int main(int argc, char** argv) {
     rank.env.emplace_back("VESSEL_STORE", store);
     rank.env.emplace_back("VESSEL_TOKEN_FILE", token.value().path());
   }
-  return run_job(job);
+  const int status = run_job(job);
+  // VESSEL_TRACE=out.json: each rank wrote out.rank<r>.json; out.json is the one to open.
+  if (const char* trace = std::getenv("VESSEL_TRACE"); trace != nullptr && *trace != '\0') {
+    trace_merge_report report;
+    if (merge_rank_traces(trace, static_cast<std::uint32_t>(job.ranks.size()), report)) {
+      std::fprintf(stderr, "vessel-run: trace of %u rank(s) in %s%s%s%s\n", report.merged, trace,
+                   report.missing.empty() ? "" : " (no file from rank(s) ", report.missing.c_str(),
+                   report.missing.empty() ? "" : ")");
+      if (report.dropped_events > 0) {
+        std::fprintf(stderr,
+                     "vessel-run: trace truncated: %llu events dropped (VESSEL_TRACE_MAX_EVENTS)\n",
+                     static_cast<unsigned long long>(report.dropped_events));
+      }
+    } else {
+      std::fprintf(stderr, "vessel-run: VESSEL_TRACE=%s: no rank left a trace to merge\n", trace);
+    }
+  }
+  return status;
 }
