@@ -1,7 +1,8 @@
 // The peripheral engine and the NUS byte stream against the BlueZ emulation: first connect through
 // discovery, link loss mid-stream -> reconnect with backoff, re-subscribe, payload size re-read,
 // outage reported; a request during an outage retried, or failed with a typed error at its
-// deadline; pairing on demand; NUS round trip with fragmentation and serial frames.
+// deadline; pairing on demand; NUS round trip with fragmentation and serial frames; a device
+// found by name and service; a connect whose services do not resolve in time; unsubscribe.
 
 #include <cstddef>
 #include <optional>
@@ -73,6 +74,82 @@ TEST_F(ble_peripheral, unknown_address_fails_start_with_device_not_found) {
   ASSERT_FALSE(*ready);
   EXPECT_EQ(ready->error().code, errc::device_not_found);
   EXPECT_EQ(ready->error().device, "C0:FF:EE:99:99:99");
+}
+
+TEST_F(ble_peripheral, finds_a_device_by_name_among_those_advertising_a_service) {
+  auto c = config("");
+  c.name = "MockSensor";
+  c.services = {"180f"};
+  dev_ = std::make_unique<peripheral>(*client_, c);
+  EXPECT_EQ(dev_->label(), "MockSensor");  // errors name the device by name until it is found
+  std::optional<ble_result<void>> ready;
+  dev_->start([&](ble_result<void> r) { ready = std::move(r); });
+  ASSERT_TRUE(run_until([&] { return ready.has_value(); }));
+  ASSERT_TRUE(*ready) << ready->error().to_string();
+  EXPECT_EQ(dev_->device_path(), known_dev);
+  EXPECT_EQ(dev_->label(), known_addr);
+
+  // The right name with a service it does not advertise is another device: none is found.
+  dev_->close();
+  dev_.reset();
+  ready.reset();
+  c.services = {"180d"};
+  c.discovery_timeout = 300ms;
+  dev_ = std::make_unique<peripheral>(*client_, c);
+  dev_->start([&](ble_result<void> r) { ready = std::move(r); });
+  ASSERT_TRUE(run_until([&] { return ready.has_value(); }));
+  ASSERT_FALSE(*ready);
+  EXPECT_EQ(ready->error().code, errc::device_not_found);
+  EXPECT_EQ(ready->error().device, "MockSensor");
+}
+
+TEST_F(ble_peripheral, a_link_whose_services_do_not_resolve_in_time_fails_start_with_timeout) {
+  mock("SetResolveDelay", 10'000u);  // Connect succeeds, ServicesResolved comes 10 s later
+  auto c = config(known_addr);
+  c.connect_timeout = 300ms;
+  dev_ = std::make_unique<peripheral>(*client_, c);
+  std::optional<ble_result<void>> ready;
+  dev_->start([&](ble_result<void> r) { ready = std::move(r); });
+  ASSERT_TRUE(run_until([&] { return ready.has_value(); }));
+  ASSERT_FALSE(*ready);
+  EXPECT_EQ(ready->error().code, errc::timeout);
+  EXPECT_EQ(ready->error().device, known_addr);
+  EXPECT_EQ(dev_->state(), link_state::idle);
+  // The half-made link is dropped (Disconnect), not left for BlueZ to keep.
+  ASSERT_TRUE(run_until([&] { return client_->device(known_dev) && !client_->device(known_dev)->connected; }));
+}
+
+TEST_F(ble_peripheral, unsubscribe_stops_notifications) {
+  start(known_addr);
+  std::vector<std::uint8_t> got;
+  std::optional<ble_result<void>> sub;
+  dev_->subscribe(
+      battery_level,
+      [&](std::span<const std::uint8_t> v) { got.insert(got.end(), v.begin(), v.end()); },
+      [&](auto r) { sub = std::move(r); });
+  ASSERT_TRUE(run_until([&] { return sub.has_value(); }));
+  ASSERT_TRUE(*sub);
+  const sdbus::ObjectPath level{std::string{known_dev} + "/service0010/char0011"};
+  mock("EmitNotification", level, std::vector<std::uint8_t>{60});
+  ASSERT_TRUE(run_until([&] { return got.size() == 1; }));
+
+  std::optional<ble_result<void>> unsub;
+  dev_->unsubscribe(battery_level, [&](auto r) { unsub = std::move(r); });
+  ASSERT_TRUE(run_until([&] { return unsub.has_value(); }));
+  ASSERT_TRUE(*unsub) << unsub->error().to_string();
+  // BlueZ stopped notifying (StopNotify reached it): the peripheral's next value goes nowhere.
+  ASSERT_TRUE(run_until([&] {
+    const auto ch = client_->characteristic(known_dev, battery_level);
+    return ch && !ch->notifying;
+  }));
+  bool delivered = true;
+  mock_proxy_->callMethod("EmitNotification")
+      .onInterface("org.bluez.Mock")
+      .withArguments(level, std::vector<std::uint8_t>{61})
+      .storeResultsTo(delivered);
+  EXPECT_FALSE(delivered);
+  EXPECT_EQ(got, std::vector<std::uint8_t>{60});
+  EXPECT_EQ(dev_->counters().notifications, 1u);
 }
 
 TEST_F(ble_peripheral, link_loss_reconnects_resubscribes_and_reports_the_outage) {
