@@ -82,7 +82,7 @@ TEST(trace_recorder, rank_goes_before_the_extension) {
 }
 
 TEST(trace_recorder, steps_nest_in_their_collective_in_order_without_overlap) {
-  trace_recorder rec{"unused.json"};
+  trace_recorder rec{::testing::TempDir() + "unused.json"};  // written at destruction
   run_ring(rec, 1, 7, 1'000'000);
   const auto events = rec.events(1);
   ASSERT_EQ(events.size(), 7u);  // the collective, then six steps
@@ -115,7 +115,7 @@ TEST(trace_recorder, steps_nest_in_their_collective_in_order_without_overlap) {
 }
 
 TEST(trace_recorder, a_step_beyond_the_bound_shares_the_last_record) {
-  trace_recorder rec{"unused.json"};
+  trace_recorder rec{::testing::TempDir() + "unused.json"};  // written at destruction
   collective_trace t{rec, header(0, 0), 2, 0};
   t.received(0xffffffffu, 1, 8, 10);  // a broken peer's step number: no 4-billion-entry table
   t.sent(0, 1, 8, 20);
