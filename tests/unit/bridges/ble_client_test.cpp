@@ -1,6 +1,6 @@
 // bluez_client against the BlueZ emulation: discovery (new and already-known devices, filters),
 // connect then ServicesResolved in bluetoothd's order, read, write both ways, notifications,
-// error mapping with device and characteristic named.
+// error mapping with device and characteristic named, adapter selection.
 
 #include <optional>
 #include <string>
@@ -53,6 +53,22 @@ TEST_F(ble_client, known_device_is_listed_before_any_discovery_and_staged_one_af
   EXPECT_EQ(d->name, "MockBoard");
   ASSERT_TRUE(d->rssi.has_value());
   EXPECT_EQ(*d->rssi, -50);
+}
+
+TEST_F(ble_client, the_adapter_asked_for_is_used_and_a_missing_one_is_a_typed_error) {
+  mock("AddAdapter", std::string{"hci1"}, std::string{"second"});
+  auto second = bluez_client::open(*reactor_, "hci1");
+  ASSERT_TRUE(second) << second.error().to_string();
+  EXPECT_EQ(second.value()->adapter_path(), "/org/bluez/hci1");
+  EXPECT_EQ(second.value()->adapters().size(), 2u);
+  EXPECT_TRUE(second.value()->devices().empty());  // the known device belongs to hci0
+  bool released = false;  // its cancelled poll must complete before it goes
+  second.value()->pump().shutdown([&] { released = true; });
+  ASSERT_TRUE(run_until([&] { return released; }));
+
+  const auto missing = bluez_client::open(*reactor_, "hci7");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, errc::no_adapter);
 }
 
 TEST_F(ble_client, scan_filter_matches_name_address_and_service_uuid) {
