@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include "tools/vessel_bench/coll_plan.hpp"
+
 namespace {
 
 struct csv_row {
@@ -138,3 +140,13 @@ TEST_P(vessel_bench_coll, writes_one_well_formed_row_per_bench_size_metric_and_p
 INSTANTIATE_TEST_SUITE_P(transports, vessel_bench_coll, ::testing::Values("tcp", "shm"));
 
 }  // namespace
+
+// The rank programs take plain byte counts (vessel-bench expands K/M): anything else must be
+// refused whole, not read as its numeric prefix ("4K" as 4 bytes).
+TEST(vessel_bench_coll_plan, takes_plain_byte_counts_and_refuses_anything_else) {
+  EXPECT_EQ(vessel::bench::coll_plan("8,512,65536", 0, 2).sizes,
+            (std::vector<std::size_t>{8, 512, 65536}));
+  for (const char* bad : {"4K", "8,x", "0", "8,,9", "-8", "8 "}) {
+    EXPECT_TRUE(vessel::bench::coll_plan(bad, 0, 2).sizes.empty()) << bad;
+  }
+}

@@ -4,10 +4,12 @@
 // warm-up and iteration counts. Header-only and standard C++ only: the MPI peer includes it.
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace vessel::bench {
@@ -29,13 +31,16 @@ struct coll_plan {
   std::size_t world = 2;
 
   /// `list`: comma-separated byte counts (plain numbers; vessel-bench expands K/M suffixes).
+  /// Anything else ("4K" here) leaves `sizes` empty, so the caller refuses it rather than
+  /// reading a prefix.
   coll_plan(std::string_view list, std::size_t iterations_, std::size_t world_)
       : iterations{iterations_}, world{std::max<std::size_t>(world_, 1)} {
     while (!list.empty()) {
       const auto comma = list.find(',');
-      const std::string item{list.substr(0, comma)};
-      const std::size_t v = std::strtoull(item.c_str(), nullptr, 10);
-      if (v == 0) {
+      const std::string_view item = list.substr(0, comma);
+      std::size_t v = 0;
+      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+      if (ec != std::errc{} || end != item.data() + item.size() || v == 0) {
         sizes.clear();
         return;
       }
