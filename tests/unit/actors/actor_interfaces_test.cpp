@@ -132,8 +132,16 @@ TEST_F(actor_interfaces_test, a_device_is_called_through_its_typed_handle_withou
             EXPECT_EQ(s.bytes_out, 6u);
           },
           [](caf::error& e) { ADD_FAILURE() << describe(e); });
+  // The pool must outlive every payload: a handler's message (holding one) is freed only after
+  // the handler returns, which may be after this thread saw its effect. Once both actors are
+  // down, nothing of theirs holds a block.
+  self->monitor(dev);
+  self->monitor(listener);
   self->send_exit(dev, caf::exit_reason::user_shutdown);
   self->send_exit(listener, caf::exit_reason::user_shutdown);
+  for (int down = 0; down < 2; ++down) {
+    self->receive([](const caf::down_msg&) {});
+  }
 }
 
 TEST(actor_errc_test, vessel_errors_survive_caf_error_and_exceptions_keep_their_text) {
