@@ -3,36 +3,17 @@
 // absent or cannot start processes here). Each example checks its own result and exits non-zero
 // when it is wrong; the test also reads what it printed.
 
-#include <sys/wait.h>
-
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "tests/integration/shell_capture.hpp"
+
 namespace {
 
-std::string run_capture(const std::string& command, int& status) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  if (p == nullptr) {
-    status = -1;
-    return out;
-  }
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int raw = ::pclose(p);
-  status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  return out;
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
-  return n;
-}
+using vessel::test::count;
+using vessel::test::have_mpirun;
+using vessel::test::run_capture;
 
 // A VESSEL_* or launcher variable of the shell running ctest would outrank the launcher's.
 const std::string clean_env =
@@ -50,13 +31,8 @@ std::string under_mpirun(const std::string& program, const std::string& args) {
          program + " " + args + " 2>&1";
 }
 
-bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
-
-// mpirun that cannot start processes (no slots, no ORTE) says so; that is not our failure.
 bool mpirun_cannot_start(const std::string& out, int status) {
-  return out.find("not enough slots") != std::string::npos ||
-         (status != 0 && out.find("orte_") != std::string::npos &&
-          out.find("OK ") == std::string::npos);
+  return vessel::test::mpirun_cannot_start(out, status, "OK ");
 }
 
 void expect_parameter_server(const std::string& out, int status, bool dropped) {

@@ -2,43 +2,15 @@
 // bootstraps every rank from OMPI_COMM_WORLD_* and finds rank 0's store through the file named by
 // OMPI_MCA_ess_base_jobid (actors/runtime.hpp, store_file_path), with no VESSEL_STORE set.
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "tests/integration/rank_launcher.hpp"
+#include "tests/integration/shell_capture.hpp"
 
 namespace vessel::test {
 namespace {
-
-std::string run_capture(const std::string& command, int& status) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  if (p == nullptr) {
-    status = -1;
-    return out;
-  }
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  status = ::pclose(p);
-  return out;
-}
-
-bool have_mpirun() {
-  return std::system("command -v mpirun > /dev/null 2>&1") == 0;
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t pos = text.find(what); pos != std::string::npos;
-       pos = text.find(what, pos + 1)) {
-    ++n;
-  }
-  return n;
-}
 
 TEST(mpirun, four_ranks_bootstrap_from_open_mpi_and_run_collectives_and_all_pairs) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not found: install openmpi-bin (scripts/setup-deps)";
@@ -53,9 +25,7 @@ TEST(mpirun, four_ranks_bootstrap_from_open_mpi_and_run_collectives_and_all_pair
       P2P_RANKS_PATH + " ";
   int status = 0;
   const std::string out = run_capture(prefix + "collectives 2>&1", status);
-  if (out.find("not enough slots") != std::string::npos ||
-      (out.find("orte_") != std::string::npos && status != 0 &&
-       out.find("OK rank") == std::string::npos)) {
+  if (mpirun_cannot_start(out, status, "OK rank")) {
     GTEST_SKIP() << "mpirun cannot start processes here:\n" << out;
   }
   EXPECT_EQ(status, 0) << out;
