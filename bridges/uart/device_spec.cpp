@@ -3,39 +3,20 @@
 #include <charconv>
 #include <string>
 
+#include "bridges/device_entries.hpp"
+
 namespace vessel::bridges::uart {
-namespace {
-
-std::vector<std::string_view> split(std::string_view text, char sep) {
-  std::vector<std::string_view> out;
-  while (!text.empty()) {
-    const auto at = text.find(sep);
-    out.push_back(text.substr(0, at));
-    if (at == std::string_view::npos) break;
-    text.remove_prefix(at + 1);
-  }
-  return out;
-}
-
-}  // namespace
 
 result<std::vector<uart_device_config>> parse_uart_devices(std::string_view devices) {
   const auto bad = std::make_error_code(std::errc::invalid_argument);
+  auto entries = device_entries(devices, "uart");
+  if (!entries) return entries.error();
   std::vector<uart_device_config> out;
-  for (auto entry : split(devices, ';')) {
-    if (entry.empty()) continue;
-    const auto colon = entry.find(':');
-    if (entry.substr(0, colon) != "uart") continue;
+  for (const auto& options : entries.value()) {
     uart_device_config c;
     c.name = "uart" + std::to_string(out.size());
     bool has_port = false;
-    const auto keys = colon == std::string_view::npos ? std::string_view{} : entry.substr(colon + 1);
-    for (auto kv : split(keys, ',')) {
-      if (kv.empty()) continue;
-      const auto eq = kv.find('=');
-      if (eq == std::string_view::npos) return bad;
-      const auto key = kv.substr(0, eq);
-      const auto value = kv.substr(eq + 1);
+    for (const auto& [key, value] : options) {
       if (key == "port") {
         c.link.serial.path = std::string{value};
         has_port = !value.empty();
