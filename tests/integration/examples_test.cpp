@@ -13,7 +13,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/integration/shell_capture.hpp"
+
 namespace {
+
+using vessel::test::count;
+using vessel::test::have_mpirun;
 
 struct outcome {
   int status = -1;  ///< the shell's exit status of the whole command
@@ -28,13 +33,7 @@ const char* clean_env =
 
 outcome shell(const std::string& command) {
   outcome o;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return o;
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
-  const int st = ::pclose(p);
-  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  o.out = vessel::test::run_capture(command + " 2>&1", o.status);
   return o;
 }
 
@@ -46,8 +45,6 @@ outcome vessel_run(int ranks, const std::string& example, const std::string& arg
                example + " " + args);
 }
 
-bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
-
 outcome mpirun(int ranks, const std::string& example, const std::string& args) {
   // Under mpirun the ranks need a token from outside; the store address comes from the file
   // Open MPI's job id names (actors/runtime.hpp, store_file_path).
@@ -58,15 +55,7 @@ outcome mpirun(int ranks, const std::string& example, const std::string& args) {
 }
 
 bool mpirun_cannot_start(const outcome& o) {
-  return o.out.find("not enough slots") != std::string::npos ||
-         (o.out.find("orte_") != std::string::npos && o.status != 0 &&
-          o.out.find("OK ") == std::string::npos);
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
-  return n;
+  return vessel::test::mpirun_cannot_start(o.out, o.status, "OK ");
 }
 
 /// The loss printed on each "step N  loss X" line of rank 0, in order.

@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/integration/shell_capture.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -26,13 +28,7 @@ struct outcome {
 
 outcome shell(const std::string& command) {
   outcome o;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return o;
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
-  const int st = ::pclose(p);
-  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  o.out = vessel::test::run_capture(command + " 2>&1", o.status);
   return o;
 }
 
