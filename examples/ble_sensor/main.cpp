@@ -26,22 +26,16 @@
 #include "actors/supervisor.hpp"
 #include "bridges/ble/device_spec.hpp"
 #include "bridges/ble/errc.hpp"
+#include "examples/common/device_service.hpp"
 #include "examples/common/support.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 namespace ble = vessel::bridges::ble;
-constexpr std::uint64_t request_tag = 1;
-constexpr std::uint64_t reply_tag = 2;
-
-std::vector<std::byte> le32(std::uint32_t v) {
-  return {std::byte(v & 0xFF), std::byte((v >> 8) & 0xFF), std::byte((v >> 16) & 0xFF), std::byte(v >> 24)};
-}
-std::uint32_t get32(const std::byte* b) {
-  return static_cast<std::uint32_t>(b[0]) | (static_cast<std::uint32_t>(b[1]) << 8) |
-         (static_cast<std::uint32_t>(b[2]) << 16) | (static_cast<std::uint32_t>(b[3]) << 24);
-}
+using vessel::examples::error_reply;
+using vessel::examples::get32;
+using vessel::examples::le32;
 
 std::string hex(std::span<const std::byte> bytes) {
   static constexpr char digits[] = "0123456789abcdef";
@@ -96,9 +90,7 @@ class sensor_server {
       if (!retry) break;
       std::this_thread::sleep_for(20ms);
     }
-    std::vector<std::byte> out{std::byte{1}};
-    for (char c : why) out.push_back(static_cast<std::byte>(c));
-    return out;
+    return error_reply(why);
   }
 
   ble::ble_device_status status() {
@@ -143,59 +135,46 @@ int main(int argc, char** argv) {
     vessel::comm world = vessel::comm::init();
     const std::uint32_t me = world.rank();
     // The lowest rank with a ble device serves it.
-    std::uint64_t owner = devices.value().empty() ? world.size() : me;
-    world.allreduce(std::span<std::uint64_t>{&owner, 1}, vessel::reduce_op::min);
-    if (owner == world.size()) {
+    const auto owner = vessel::examples::device_owner(world, !devices.value().empty());
+    if (!owner) {
       if (me == 0) std::fprintf(stderr, "ble_sensor: no rank has a ble device (run it with --topology)\n");
       world.finalize();
       return 2;
     }
 
     int failures = 0;
-    if (me == owner) {
+    if (me == *owner) {
       const auto& cfg = devices.value().front();
       const auto& p = cfg.peripheral;
       std::printf("rank %u owns ble device '%s' (%s %s)\n", me, cfg.name.c_str(), p.address.empty() ? "name" : "address",
                   p.address.empty() ? p.name.c_str() : p.address.c_str());
       sensor_server server{cfg};
-      std::uint32_t done = 0, served = 0;
-      while (done + 1 < world.size()) {
-        vessel::recv_status st;
-        auto msg = world.recv(vessel::any_source, request_tag, vessel::no_timeout, &st);
-        if (msg.empty()) {
-          ++done;
-          continue;
-        }
-        std::vector<std::byte> reply{std::byte{1}, std::byte{'?'}};
-        if (msg.size() > 4) {
-          const std::string what(reinterpret_cast<const char*>(msg.data()) + 4, msg.size() - 4);
-          reply = server.read(what, std::chrono::milliseconds{get32(msg.data())});
-        }
-        world.send(reply, st.source, reply_tag);
-        ++served;
-      }
+      const auto served = vessel::examples::serve_until_done(world, [&](std::span<const std::byte> msg) {
+        if (msg.size() <= 4) return error_reply("?");
+        const std::string what(reinterpret_cast<const char*>(msg.data()) + 4, msg.size() - 4);
+        return server.read(what, std::chrono::milliseconds{get32(msg.data())});
+      });
       const auto s = server.status();
       std::printf("rank %u served %u reads: link %s, payload size %zu, connects %llu reconnects %llu errors %llu\n", me,
                   served, ble::to_string(s.state), s.payload_size, static_cast<unsigned long long>(s.link.connects),
                   static_cast<unsigned long long>(s.link.reconnects), static_cast<unsigned long long>(s.link.errors));
     } else {
-      const auto owner_rank = static_cast<std::uint32_t>(owner);
+      const std::uint32_t owner_rank = *owner;
       for (std::uint32_t i = 0; i < reads; ++i) {
         auto req = le32(static_cast<std::uint32_t>(timeout.count()));
         for (char c : uuid) req.push_back(static_cast<std::byte>(c));
-        world.send(req, owner_rank, request_tag);
-        const auto r = world.recv(owner_rank, reply_tag, timeout + 10s);
+        world.send(req, owner_rank, vessel::examples::request_tag);
+        const auto r = world.recv(owner_rank, vessel::examples::reply_tag, timeout + 10s);
         if (r.empty() || r[0] != std::byte{0}) {
-          std::string text;
-          for (std::size_t k = 1; k < r.size(); ++k) text.push_back(static_cast<char>(r[k]));
-          std::printf("FAIL rank %u: read %s: %s\n", me, uuid.c_str(), r.empty() ? "no reply" : text.c_str());
+          std::printf("FAIL rank %u: read %s: %s\n", me, uuid.c_str(),
+                      r.empty() ? "no reply" : vessel::examples::reply_text(r).c_str());
           ++failures;
         } else {
           std::printf("rank %u: %s = %s (read #%u through rank %u)\n", me, uuid.c_str(),
                       hex(std::span<const std::byte>{r}.subspan(1)).c_str(), i, owner_rank);
         }
       }
-      world.send(std::span<const std::byte>{}, owner_rank, request_tag);  // done
+      vessel::examples::say_done(world, owner_rank);
     }
     world.finalize();
     if (failures != 0) return 1;

@@ -28,22 +28,16 @@
 #include "bridges/uart/device_spec.hpp"
 #include "bridges/uart/errc.hpp"
 #include "bridges/uart/uart_device.hpp"
+#include "examples/common/device_service.hpp"
 #include "examples/common/support.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 namespace uart = vessel::bridges::uart;
-constexpr std::uint64_t request_tag = 1;
-constexpr std::uint64_t reply_tag = 2;
-
-std::vector<std::byte> le32(std::uint32_t v) {
-  return {std::byte(v & 0xFF), std::byte((v >> 8) & 0xFF), std::byte((v >> 16) & 0xFF), std::byte(v >> 24)};
-}
-std::uint32_t get32(const std::byte* b) {
-  return static_cast<std::uint32_t>(b[0]) | (static_cast<std::uint32_t>(b[1]) << 8) |
-         (static_cast<std::uint32_t>(b[2]) << 16) | (static_cast<std::uint32_t>(b[3]) << 24);
-}
+using vessel::examples::error_reply;
+using vessel::examples::get32;
+using vessel::examples::le32;
 
 // The owner's side: calls the board through its device actor. A call that meets the device
 // between incarnations (unplugged, restarting) is made again on the next one until `timeout`.
@@ -66,7 +60,7 @@ class board_server {
         continue;
       }
       auto data = vessel::actors::payload::copy_of(node_.pool(), body);
-      if (!data) return error(data.error().message());
+      if (!data) return error_reply(data.error().message());
       const auto left = std::chrono::duration_cast<caf::timespan>(deadline - std::chrono::steady_clock::now());
       caf::scoped_actor self{node_.system()};
       std::vector<std::byte> out;
@@ -88,7 +82,7 @@ class board_server {
       if (!retry) break;
       std::this_thread::sleep_for(20ms);
     }
-    return error(why);
+    return error_reply(why);
   }
 
   vessel::actors::device_stats stats() {
@@ -102,12 +96,6 @@ class board_server {
   }
 
  private:
-  static std::vector<std::byte> error(const std::string& text) {
-    std::vector<std::byte> out{std::byte{1}};
-    for (char c : text) out.push_back(static_cast<std::byte>(c));
-    return out;
-  }
-
   vessel::node node_;  // a world of one: the actor system, reactor and supervision for the device
   std::string name_;
   caf::actor supervisor_;
@@ -131,38 +119,23 @@ int main(int argc, char** argv) {
     vessel::comm world = vessel::comm::init();
     const std::uint32_t me = world.rank();
     // The lowest rank with a uart device serves it.
-    std::uint64_t owner = devices.value().empty() ? world.size() : me;
-    world.allreduce(std::span<std::uint64_t>{&owner, 1}, vessel::reduce_op::min);
-    if (owner == world.size()) {
+    const auto owner = vessel::examples::device_owner(world, !devices.value().empty());
+    if (!owner) {
       if (me == 0) std::fprintf(stderr, "uart_board: no rank has a uart device (run it with --topology)\n");
       world.finalize();
       return 2;
     }
 
     int failures = 0;
-    if (me == owner) {
+    if (me == *owner) {
       const auto& cfg = devices.value().front();
       std::printf("rank %u owns uart device '%s' on %s at %u baud (%s)\n", me, cfg.name.c_str(),
                   cfg.link.serial.path.c_str(), cfg.link.serial.baud, cfg.link.reliable ? "reliable" : "plain frames");
       board_server server{cfg};
-      std::uint32_t done = 0, served = 0;
-      while (done + 1 < world.size()) {
-        vessel::recv_status st;
-        auto msg = world.recv(vessel::any_source, request_tag, vessel::no_timeout, &st);
-        if (msg.empty()) {
-          ++done;
-          continue;
-        }
-        if (msg.size() < 5) {
-          const std::vector<std::byte> bad{std::byte{1}, std::byte{'?'}};
-          world.send(bad, st.source, reply_tag);
-          continue;
-        }
-        const auto reply = server.call(static_cast<std::uint8_t>(msg[0]), std::span<const std::byte>{msg}.subspan(5),
-                                       std::chrono::milliseconds{get32(msg.data() + 1)});
-        world.send(reply, st.source, reply_tag);
-        ++served;
-      }
+      const auto served = vessel::examples::serve_until_done(world, [&](std::span<const std::byte> msg) {
+        if (msg.size() < 5) return error_reply("?");
+        return server.call(static_cast<std::uint8_t>(msg[0]), msg.subspan(5), std::chrono::milliseconds{get32(msg.data() + 1)});
+      });
       const auto s = server.stats();
       std::printf("rank %u served %u calls: device calls %llu timeouts %llu errors %llu frames in %llu out %llu "
                   "crc errors %llu retransmits %llu reconnects %llu\n",
@@ -171,19 +144,17 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(s.frames_out), static_cast<unsigned long long>(s.crc_errors),
                   static_cast<unsigned long long>(s.retransmits), static_cast<unsigned long long>(s.reconnects));
     } else {
-      const auto owner_rank = static_cast<std::uint32_t>(owner);
+      const std::uint32_t owner_rank = *owner;
       auto ask = [&](std::uint8_t command, const std::vector<std::byte>& body) {
         std::vector<std::byte> req{std::byte{command}};
         const auto t = le32(static_cast<std::uint32_t>(timeout.count()));
         req.insert(req.end(), t.begin(), t.end());
         req.insert(req.end(), body.begin(), body.end());
-        world.send(req, owner_rank, request_tag);
-        return world.recv(owner_rank, reply_tag, timeout + 10s);
+        world.send(req, owner_rank, vessel::examples::request_tag);
+        return world.recv(owner_rank, vessel::examples::reply_tag, timeout + 10s);
       };
       auto failed = [&](const char* what, const std::vector<std::byte>& r) {
-        std::string text;
-        for (std::size_t i = 1; i < r.size(); ++i) text.push_back(static_cast<char>(r[i]));
-        std::printf("FAIL rank %u: %s: %s\n", me, what, text.c_str());
+        std::printf("FAIL rank %u: %s: %s\n", me, what, vessel::examples::reply_text(r).c_str());
         ++failures;
       };
       for (std::uint32_t i = 0; i < calls; ++i) {
@@ -216,7 +187,7 @@ int main(int argc, char** argv) {
         std::printf("rank %u: board temperature %.3f C\n", me,
                     static_cast<std::int32_t>(get32(temp.data() + 1)) / 1000.0);
       }
-      world.send(std::span<const std::byte>{}, owner_rank, request_tag);  // done
+      vessel::examples::say_done(world, owner_rank);
     }
     world.finalize();
     if (failures != 0) return 1;
