@@ -40,6 +40,20 @@ void append_uint(std::string& out, std::uint64_t v) {
   out += buf;
 }
 
+/// `,"key":value`: the fields after an object's first.
+void append_field(std::string& out, std::string_view key, std::uint64_t v) {
+  out += ",\"";
+  out += key;
+  out += "\":";
+  append_uint(out, v);
+}
+void append_text_field(std::string& out, std::string_view key, std::string_view text) {
+  out += ",\"";
+  out += key;
+  out += "\":";
+  append_string(out, text);
+}
+
 /// Nanoseconds as microseconds with three decimals, exactly (no double on the way).
 void append_us(std::string& out, std::int64_t ns) {
   char buf[32];
@@ -78,21 +92,16 @@ void append_traffic(std::string& out, const trace_traffic& t) {
   out += ",\"from\":";
   append_peers(out, t.from);
   if (t.to.others || t.from.others) out += ",\"more_peers\":true";
-  out += ",\"bytes_sent\":";
-  append_uint(out, t.bytes_sent);
-  out += ",\"bytes_received\":";
-  append_uint(out, t.bytes_received);
-  out += ",\"chunks_sent\":";
-  append_uint(out, t.chunks_sent);
-  out += ",\"chunks_received\":";
-  append_uint(out, t.chunks_received);
+  append_field(out, "bytes_sent", t.bytes_sent);
+  append_field(out, "bytes_received", t.bytes_received);
+  append_field(out, "chunks_sent", t.chunks_sent);
+  append_field(out, "chunks_received", t.chunks_received);
 }
 
 void append_event(std::string& out, const trace_event& e, std::int64_t wall_offset_ns) {
   out += "{\"ph\":\"X\",\"pid\":";
   append_uint(out, e.rank);
-  out += ",\"tid\":";
-  append_uint(out, e.track);
+  append_field(out, "tid", e.track);
   out += ",\"ts\":";
   append_us(out, e.start_ns + wall_offset_ns);
   out += ",\"dur\":";
@@ -111,34 +120,23 @@ void append_event(std::string& out, const trace_event& e, std::int64_t wall_offs
   append_string(out, std::string{to_string(e.op)} + " " + std::string{algorithm_of(e)});
   out += ",\"args\":{\"operation\":";
   append_string(out, to_string(e.op));
-  out += ",\"algorithm\":";
-  append_string(out, algorithm_of(e));
-  out += ",\"count\":";
-  append_uint(out, e.count);
-  out += ",\"dtype\":";
-  append_string(out, to_string(e.type));
+  append_text_field(out, "algorithm", algorithm_of(e));
+  append_field(out, "count", e.count);
+  append_text_field(out, "dtype", to_string(e.type));
   if (reducing(e.op)) {
-    out += ",\"reduce_op\":";
-    append_string(out, to_string(e.reduction));
+    append_text_field(out, "reduce_op", to_string(e.reduction));
   }
   if (rooted(e.op)) {
-    out += ",\"root\":";
-    append_uint(out, e.root);
+    append_field(out, "root", e.root);
   }
-  out += ",\"bytes\":";
-  append_uint(out, e.bytes);
-  out += ",\"sequence\":";
-  append_uint(out, e.sequence);
-  out += ",\"communicator\":";
-  append_uint(out, e.communicator);
-  out += ",\"rank\":";
-  append_uint(out, e.comm_rank);
-  out += ",\"size\":";
-  append_uint(out, e.comm_size);
+  append_field(out, "bytes", e.bytes);
+  append_field(out, "sequence", e.sequence);
+  append_field(out, "communicator", e.communicator);
+  append_field(out, "rank", e.comm_rank);
+  append_field(out, "size", e.comm_size);
   out += ',';
   append_traffic(out, e.traffic);
-  out += ",\"outcome\":";
-  append_string(out, e.error ? e.error.message() : "ok");
+  append_text_field(out, "outcome", e.error ? e.error.message() : "ok");
   out += "}}";
 }
 
@@ -147,8 +145,7 @@ void append_metadata(std::string& out, std::uint32_t rank, const char* name, std
   out += "{\"ph\":\"M\",\"pid\":";
   append_uint(out, rank);
   if (tid >= 0) {
-    out += ",\"tid\":";
-    append_uint(out, std::uint64_t(tid));
+    append_field(out, "tid", std::uint64_t(tid));
   }
   out += ",\"name\":\"";
   out += name;
@@ -286,12 +283,9 @@ std::string trace_recorder::json(std::uint32_t rank) const {
   }
   out += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"vessel_rank\":";
   append_uint(out, rank);
-  out += ",\"events\":";
-  append_uint(out, mine.size());
-  out += ",\"max_events\":";
-  append_uint(out, max_events_);
-  out += ",\"dropped_events\":";
-  append_uint(out, lost);
+  append_field(out, "events", mine.size());
+  append_field(out, "max_events", max_events_);
+  append_field(out, "dropped_events", lost);
   out += ",\"truncated\":";
   out += lost > 0 ? "true" : "false";
   out += ",\"clock\":\"ts in microseconds since the Unix epoch\"}}\n";
