@@ -33,17 +33,28 @@ spdlog::logger& logger() {
 
 // -- futex on p2p_request::state_ (std::atomic::wait has no timeout) ----------------------------
 
-void futex_wake(std::atomic<std::uint32_t>* word) noexcept {
+void futex_wake(std::atomic<std::uint32_t>* word, int waiters = 1) noexcept {
   // The waiter may destroy the request as soon as it sees the store; the wake only uses the
   // address (the kernel looks up waiters by it), never the object.
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr,
-            nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, waiters,
+            nullptr, nullptr, 0);
 }
 
 void futex_wait(const std::atomic<std::uint32_t>* word, std::uint32_t expected,
                 const timespec* relative) noexcept {
   ::syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
             relative, nullptr, 0);
+}
+
+/// One sleep while *word == expected, at most until `deadline`; false if it had already passed.
+bool futex_wait_until(const std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                      clock::time_point deadline) noexcept {
+  const auto left = deadline - clock::now();
+  if (left <= clock::duration::zero()) return false;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  futex_wait(word, expected, &ts);
+  return true;
 }
 
 /// Spin this many polls before sleeping: a ping-pong reply takes a few microseconds, a futex
@@ -148,11 +159,7 @@ bool p2p_request::wait_until(clock::time_point deadline) const noexcept {
     __builtin_ia32_pause();
   }
   while (!done()) {
-    const auto left = deadline - clock::now();
-    if (left <= clock::duration::zero()) return false;
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-    timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-    futex_wait(&state_, 0, &ts);
+    if (!futex_wait_until(&state_, 0, deadline)) return false;
   }
   return true;
 }
@@ -162,8 +169,7 @@ bool p2p_request::wait_until(clock::time_point deadline) const noexcept {
 void runtime::signal_events() noexcept {
   events_.fetch_add(1, std::memory_order_seq_cst);
   if (event_sleepers_.load(std::memory_order_seq_cst) == 0) return;
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&events_), FUTEX_WAKE_PRIVATE, INT_MAX,
-            nullptr, nullptr, 0);
+  futex_wake(&events_, INT_MAX);
 }
 
 bool runtime::wait_events(std::uint32_t seen, clock::time_point deadline) const noexcept {
@@ -173,13 +179,9 @@ bool runtime::wait_events(std::uint32_t seen, clock::time_point deadline) const 
   while (events_.load(std::memory_order_seq_cst) == seen) {
     if (deadline == clock::time_point::max()) {
       futex_wait(&events_, seen, nullptr);
-      continue;
+    } else if (!futex_wait_until(&events_, seen, deadline)) {
+      break;
     }
-    const auto left = deadline - clock::now();
-    if (left <= clock::duration::zero()) break;
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-    timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-    futex_wait(&events_, seen, &ts);
   }
   event_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   return events_.load(std::memory_order_seq_cst) != seen;
