@@ -144,7 +144,11 @@ detailed_result<void> launched_node::boot(const actors::env_view& env,
                   "VESSEL_STORE_FILE=<path on a shared directory>");
     }
   }
-  if (rank == 0) {
+  // vessel-run serves the store itself (it outlives every rank, so a restarted rank 0 finds it):
+  // rank 0 is then a client like the others.
+  const auto served = env.get("VESSEL_STORE_SERVED");
+  const bool served_for_us = store_at && served && *served == "1";
+  if (rank == 0 && !served_for_us) {
     store_server_ = std::make_unique<actors::kv_store_server>(*store_reactor_);
     io::socket_address bind_at = io::socket_address::loopback_v4(0);
     if (store_at) {
@@ -231,11 +235,11 @@ actors::detailed_result<void> launched_node::barrier(const std::string& name,
 void launched_node::stop() {
   if (stopped_) return;
   stopped_ = true;
-  // Goodbyes: the store goes with rank 0, so rank 0 leaves last.
+  // Goodbyes: a store that rank 0 serves goes with it, so then rank 0 leaves last.
   if (store_client_ && launch_.world_size > 1) {
     if (launch_.rank != 0) {
       (void)store_client_->set("vessel/bye/" + std::to_string(launch_.rank), "1");
-    } else {
+    } else if (store_server_) {
       std::vector<std::string> keys;
       for (int r = 1; r < launch_.world_size; ++r) keys.push_back("vessel/bye/" + std::to_string(r));
       (void)store_client_->wait(keys, 5s);

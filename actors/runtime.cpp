@@ -280,7 +280,11 @@ detailed_result<void> runtime::boot(const env_view& env) {
                   "VESSEL_STORE_FILE=<path on a shared directory>");
     }
   }
-  if (rank_ == 0) {
+  // vessel-run serves the store itself (it outlives every rank, so a restarted rank 0 finds it):
+  // rank 0 is then a client like the others.
+  const auto served = env.get("VESSEL_STORE_SERVED");
+  const bool served_for_us = store_at && served && *served == "1";
+  if (rank_ == 0 && !served_for_us) {
     store_server_ = std::make_unique<kv_store_server>(*reactor_);
     io::socket_address bind_at = io::socket_address::loopback_v4(0);
     if (store_at) {

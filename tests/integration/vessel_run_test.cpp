@@ -272,6 +272,31 @@ TEST_F(vessel_run_test, a_restarted_rank_that_then_succeeds_ends_the_job_well) {
   EXPECT_NE(o.out.find("[1] ok 2\n"), std::string::npos) << o.out;
 }
 
+// vessel-run serves the store, so rank 0's death loses nothing: its restart reads a key its first
+// incarnation set, and rank 1's one connection to the store sees it (tests/integration/store_rank).
+TEST_F(vessel_run_test, the_store_outlives_a_killed_rank_0) {
+  auto o = run({"--timeout", "240", "-n", "2", "--restart", "1", STORE_RANK_PATH});
+  EXPECT_EQ(o.status, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("[0] rank 0 incarnation 0: killing myself\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.err.find("rank 0 was killed by signal 9 (SIGKILL); restart 1 of 1"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.out.find("[0] OK rank 0 incarnation 1 read test/before-kill: set by incarnation 0\n"),
+            std::string::npos)
+      << o.out << o.err;
+  EXPECT_NE(o.out.find("[1] OK rank 1 saw rank 0 incarnation 1 on the same store connection\n"),
+            std::string::npos)
+      << o.out << o.err;
+}
+
+TEST_F(vessel_run_test, each_rank_is_told_the_store_is_served_for_it) {
+  auto o = run({"-n", "2", "sh", "-c", "echo served=${VESSEL_STORE_SERVED:-unset}"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(o.out.find("unset"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[0] served=1\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1] served=1\n"), std::string::npos) << o.out;
+}
+
 TEST_F(vessel_run_test, timeout_stops_the_job) {
   auto o = run({"-n", "2", "--timeout", "0.3", "sleep", "60"});
   EXPECT_EQ(o.status, 124);

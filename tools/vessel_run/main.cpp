@@ -6,23 +6,29 @@
 // Options: --restart N (restart a rank that dies, up to N times, with exponential backoff),
 // --timeout S (stop the job after S seconds, exit 124), --grace S (TERM -> KILL delay, default 5).
 // Each rank gets VESSEL_RANK, VESSEL_WORLD_SIZE, VESSEL_LOCAL_RANK, VESSEL_INCARNATION,
-// VESSEL_STORE (rank 0 serves it on a free port) and VESSEL_TOKEN_FILE (a fresh token per job).
+// VESSEL_STORE and VESSEL_TOKEN_FILE (a fresh token per job). vessel-run serves the store itself
+// (VESSEL_STORE_SERVED=1 tells rank 0 so), so that it outlives any rank: a restarted rank 0 finds
+// the job's keys and the survivors find its new address. Ranks in other network namespaces
+// (topology hosts with netns) cannot reach it: there rank 0 serves it on a free port, as before.
 // Under mpirun or srun (OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_STEP_ID with SLURM_PROCID set)
 // it spawns nothing: it execs PROGRAM, which reads its rank from their variables.
 // Exit status: 0, the first failing rank's status (128 + signal), 124 on --timeout, 2 usage.
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tools/vessel_run/job_secrets.hpp"
+#include "tools/vessel_run/job_store.hpp"
 #include "tools/vessel_run/launcher.hpp"
 #include "tools/vessel_run/topology.hpp"
 #include "tools/vessel_run/trace_merge.hpp"
@@ -161,7 +167,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     const topology& t = loaded.value();
-    store_host = t.hosts.front().address;  // rank 0 serves the store on its host
+    store_host = t.hosts.front().address;  // the store is served on rank 0's host
     for (int r = 0; r < t.world_size(); ++r) {
       auto [host_index, local] = t.place(r);
       rank_spec spec;
@@ -173,13 +179,32 @@ int main(int argc, char** argv) {
     }
   }
 
-  // The probe runs in vessel-run's namespace: a port free here is a fair guess elsewhere too, and
-  // a fresh network namespace has every port free.
-  auto port = pick_free_port("127.0.0.1");
-  if (!port) {
-    std::fprintf(stderr, "vessel-run: no free port for the store: %s\n",
-                 port.error().message().c_str());
-    return 1;
+  std::unique_ptr<job_store> served_store;
+  std::string store;
+  const bool every_rank_here = std::all_of(job.ranks.begin(), job.ranks.end(),
+                                           [](const rank_spec& r) { return r.wrapper.empty(); });
+  if (every_rank_here) {
+    auto served = job_store::serve(store_host);
+    if (served) {
+      served_store = std::move(served).value();
+      store = served_store->address();
+    } else {
+      std::fprintf(stderr,
+                   "vessel-run: cannot serve the store on %s (%s): rank 0 serves it, and the job "
+                   "does not survive rank 0's death\n",
+                   store_host.c_str(), served.error().message().c_str());
+    }
+  }
+  if (!served_store) {
+    // The probe runs in vessel-run's namespace: a port free here is a fair guess elsewhere too,
+    // and a fresh network namespace has every port free.
+    auto port = pick_free_port("127.0.0.1");
+    if (!port) {
+      std::fprintf(stderr, "vessel-run: no free port for the store: %s\n",
+                   port.error().message().c_str());
+      return 1;
+    }
+    store = store_host + ":" + std::to_string(port.value());
   }
   auto token = token_file::create();
   if (!token) {
@@ -187,12 +212,14 @@ int main(int argc, char** argv) {
                  token.error().message().c_str());
     return 1;
   }
-  std::string store = store_host + ":" + std::to_string(port.value());
   for (auto& rank : job.ranks) {
     rank.env.emplace_back("VESSEL_STORE", store);
+    // Always set: one inherited from an outer job must not stop rank 0 from serving this one.
+    rank.env.emplace_back(store_served_env, served_store ? "1" : "0");
     rank.env.emplace_back("VESSEL_TOKEN_FILE", token.value().path());
   }
   const int status = run_job(job);
+  served_store.reset();  // after the last rank: every goodbye went through it
   // VESSEL_TRACE=out.json: each rank wrote out.rank<r>.json; out.json is the one to open.
   if (const char* trace = std::getenv("VESSEL_TRACE"); trace != nullptr && *trace != '\0') {
     trace_merge_report report;
