@@ -251,23 +251,24 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
     auto begun = reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
                                     reassembly_block_.bytes());
     if (!begun) return fail(begun.error(), "bad message layout");
-    in_progress_bytes_ = 0;
+    in_progress_charged_ = 0;
   } else if (!reassembler_.active() || reassembler_.message_id() != data.message_id) {
     return fail(make_error_code(errc::mesh_protocol_error), "fragment of no message in progress");
   }
   auto accepted = reassembler_.accept(data.fragment_index, data.fragment_count,
                                       data.fragment_offset, data.total_len, payload);
   if (!accepted) return fail(accepted.error(), "bad fragment");
-  in_progress_bytes_ += payload.size();
   // The overdraft (mesh.hpp): the fragments of one multi-fragment message at a time count as
   // consumed at once, so a message larger than the window still completes.
   if (data.fragment_count > 1 && (overdraft_ == 0 || overdraft_message_ == data.message_id)) {
     overdraft_ += payload.size();
     overdraft_message_ = data.message_id;
     report_consumed(payload.size());
+  } else {
+    in_progress_charged_ += payload.size();
   }
   if (!reassembler_.complete()) return;
-  in_progress_bytes_ = 0;
+  in_progress_charged_ = 0;
   delivered_unreleased_ += data.total_len;
   ++stats_.messages_received;
   inbound_message m{peer_, data.tag, data.message_id,
@@ -288,7 +289,22 @@ void peer_link::release(std::size_t bytes) {
   delivered_unreleased_ -= bytes;
   const std::uint64_t repay = std::min<std::uint64_t>(bytes, overdraft_);
   overdraft_ -= repay;
-  report_consumed(bytes - repay);
+  std::uint64_t consumed = bytes - repay;
+  // A multi-fragment message that began while an earlier one held the overdraft was charged to
+  // the window. If its fragments filled the window, the sender has no credit for the rest: it
+  // can never complete, nothing more is released, and repaying the earlier overdraft returns no
+  // credit either. That deadlocked streams of messages over the window (vessel-bench p2p, 4 MiB
+  // over shm, whenever the next message's first window arrived before the app released the
+  // previous one). So the freed overdraft passes to the message in progress at once: what it
+  // was charged is consumed now, and its later release repays it like any overdraft.
+  if (overdraft_ == 0 && in_progress_charged_ != 0 && reassembler_.active() &&
+      !reassembler_.complete()) {
+    overdraft_ = in_progress_charged_;
+    overdraft_message_ = reassembler_.message_id();
+    consumed += in_progress_charged_;
+    in_progress_charged_ = 0;
+  }
+  report_consumed(consumed);
 }
 
 void peer_link::report_consumed(std::uint64_t bytes) {
@@ -491,7 +507,7 @@ void peer_link::reset_streams() {
   delivered_unreleased_ = 0;
   overdraft_ = 0;
   overdraft_message_ = 0;
-  in_progress_bytes_ = 0;
+  in_progress_charged_ = 0;
   stalled_.reset();
   owed_ack_.reset();
 }

@@ -150,7 +150,9 @@ class peer_link {
   std::uint64_t delivered_unreleased_ = 0;  // bytes of delivered messages not yet released
   std::uint64_t overdraft_ = 0;             // bytes reported consumed before the app released
   std::uint64_t overdraft_message_ = 0;     // message id that holds the overdraft (0: none)
-  std::uint64_t in_progress_bytes_ = 0;     // fragments copied into the in-progress message
+  // Fragments of the in-progress message charged to the window (it began while another message
+  // held the overdraft): handed to the overdraft once that is repaid (release()).
+  std::uint64_t in_progress_charged_ = 0;
 
   // The link timer (timerfd), and the reconnect deadline (reactor timer, cold path).
   int timer_fd_ = -1;

@@ -308,5 +308,41 @@ TEST(mesh, a_slow_receiver_holds_at_most_the_window_plus_one_message) {
   EXPECT_TRUE(receiver.errors().empty()) << receiver.errors().front();
 }
 
+// Two messages over the window in a row (vessel-bench p2p streaming 4 MiB over shm hung): the
+// second one's first window arrives while the app still holds the first, which holds the
+// overdraft, so those fragments are charged to the window and the sender stalls on credit.
+// Releasing the first must let the second complete.
+TEST(mesh, a_second_message_over_the_window_completes_after_the_first_is_released) {
+  constexpr std::uint64_t window = 1u << 20;
+  constexpr std::size_t big = 3u << 20;  // 12 fragments of 256 KiB
+  cluster c{2, mesh_transport::shm, "overdraft-handover",
+            [](mesh_config& m) { m.window_bytes = window; }};
+  ASSERT_TRUE(c.connect());
+  auto& receiver = *c.nodes[1];
+  receiver.hold();
+  c.nodes[0]->send_all({{1, 1, big}, {1, 1, big}});
+  ASSERT_TRUE(receiver.wait_received(1, 30s));
+  // Wait for the second message's window to be in: the first message's fragments plus a window
+  // of the second's, and the sender out of credit.
+  const std::uint64_t frames_then = big / (256u << 10) + window / (256u << 10);
+  ASSERT_TRUE(eventually(
+      [&] {
+        return receiver.stats(0).frames_received >= frames_then &&
+               c.nodes[0]->stats(1).credit_stalls > 0;
+      },
+      30s))
+      << "frames received " << receiver.stats(0).frames_received;
+  EXPECT_EQ(receiver.received(), 1u) << "the second message cannot be complete yet";
+  receiver.release_held();
+  ASSERT_TRUE(receiver.wait_received(2, 30s))
+      << "the second message never completed: the window stays full of its fragments";
+  EXPECT_TRUE(receiver.errors().empty()) << receiver.errors().front();
+  EXPECT_TRUE(eventually([&] { return receiver.stats(0).held_bytes == 0; }, 10s));
+  // The link still streams: credit came back in full.
+  c.nodes[0]->send_all({{1, 1, big}, {1, 1, big}, {1, 1, big}});
+  ASSERT_TRUE(receiver.wait_received(5, 30s)) << receiver.received();
+  EXPECT_TRUE(receiver.errors().empty()) << receiver.errors().front();
+}
+
 }  // namespace
 }  // namespace vessel::actors
