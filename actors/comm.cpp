@@ -6,8 +6,12 @@
 #include <bit>
 #include <cstring>
 #include <functional>
+#include <optional>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
+#include "actors/trace_recorder.hpp"
 #include "io/log.hpp"
 
 namespace vessel {
@@ -64,6 +68,39 @@ void check_user_tag(std::uint32_t self, std::uint64_t tag, bool wildcard_ok) {
 /// Where received chunks go: (offset in the message, bytes).
 using chunk_sink = std::function<void(std::size_t, std::span<const std::byte>)>;
 
+/// The names VESSEL_TRACE gives the element types of allreduce: those of collectives::dtype, so
+/// that both kinds of collectives read alike in one trace.
+template <class T>
+constexpr std::string_view trace_type_name() {
+  if constexpr (std::is_same_v<T, std::int32_t>) {
+    return "int32";
+  } else if constexpr (std::is_same_v<T, std::int64_t>) {
+    return "int64";
+  } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+    return "uint64";
+  } else if constexpr (std::is_same_v<T, float>) {
+    return "float32";
+  } else {
+    static_assert(std::is_same_v<T, double>, "the types comm::allreduce is instantiated for");
+    return "float64";
+  }
+}
+
+constexpr std::string_view trace_name(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum: return "sum";
+    case reduce_op::prod: return "prod";
+    case reduce_op::min: return "min";
+    case reduce_op::max: return "max";
+  }
+  return "unknown";
+}
+
+/// ceil(log2 n): the rounds of a dissemination barrier.
+std::uint32_t ceil_log2(std::uint32_t n) {
+  return n <= 1 ? 0 : static_cast<std::uint32_t>(std::bit_width(n - 1));
+}
+
 }  // namespace
 
 // -- errors ------------------------------------------------------------------------------------
@@ -83,6 +120,7 @@ struct comm::impl {
   std::unique_ptr<actors::runtime> rt;
   std::uint64_t collective_seq = 0;  // barrier/allreduce calls so far (same order on every rank)
   bool finalized = false;
+  actors::trace_recorder* recorder = actors::trace_recorder::global();  // null: no VESSEL_TRACE
 
   std::uint32_t rank() const { return rt->rank(); }
 
@@ -248,19 +286,99 @@ struct comm::impl {
     return actors::reserved_tag_base | ((++collective_seq & 0x7fff'ffff'ffffull) << 16);
   }
 
-  void barrier(std::chrono::milliseconds timeout) {
+  // -- VESSEL_TRACE (actors/trace_recorder.hpp): one event per call and one per round --------
+
+  using trace = std::optional<actors::collective_trace>;
+
+  /// The clock only when tracing: untraced, a round pays a test, not a clock read.
+  static std::int64_t trace_clock(const trace& t) { return t ? actors::trace_now() : 0; }
+
+  /// Starts the record of the collective just numbered (collective_seq); empty unless tracing.
+  trace begin_trace(std::string_view operation, std::string_view algorithm,
+                    std::string_view element_type, std::string_view reduction,
+                    std::uint64_t count, std::uint64_t bytes, std::size_t steps) {
+    trace t;
+    if (recorder == nullptr) return t;
+    actors::trace_event h;
+    h.rank = rank();
+    h.track = actors::comm_trace_track;
+    h.comm_rank = rank();
+    h.comm_size = rt->size();
+    h.sequence = collective_seq;
+    h.count = count;
+    h.bytes = bytes;
+    h.operation = operation;
+    h.element_type = element_type;
+    h.reduction = reduction;
+    h.api = "vessel::comm";
+    const std::size_t n = std::min(algorithm.size(), h.algorithm.size() - 1);
+    std::copy_n(algorithm.data(), n, h.algorithm.data());
+    t.emplace(*recorder, h, steps, actors::trace_now());
+    return t;
+  }
+
+  /// A message of `bytes` in step `step`, counted as the chunks send() cuts it into. A send is
+  /// stamped when it started (`at`), a receive when it completed: the step spans the round.
+  void trace_message(trace& t, bool sent, std::uint32_t step, std::uint32_t peer,
+                     std::size_t bytes, std::int64_t at) {
+    if (!t) return;
+    const std::size_t most = chunk_payload();
+    std::size_t left = bytes;
+    do {
+      const std::size_t n = std::min(left, most);
+      if (sent) {
+        t->sent(step, peer, n, at);
+      } else {
+        t->received(step, peer, n, at);
+      }
+      left -= n;
+    } while (left > 0);
+  }
+  void trace_sent(trace& t, std::uint32_t step, std::uint32_t to, std::size_t bytes,
+                  std::int64_t started) {
+    trace_message(t, true, step, to, bytes, started);
+  }
+  void trace_received(trace& t, std::uint32_t step, std::uint32_t from, std::size_t bytes) {
+    trace_message(t, false, step, from, bytes, trace_clock(t));
+  }
+
+  /// Runs `body` (the collective's rounds) and records the outcome: a comm_error's code, or ok.
+  template <class Body>
+  void traced(trace& t, Body&& body) {
+    if (!t) {
+      body();
+      return;
+    }
+    try {
+      body();
+    } catch (const comm_error& e) {
+      t->finish(e.code(), actors::trace_now());
+      throw;
+    }
+    t->finish({}, actors::trace_now());
+  }
+
+  /// `traced_call`: false for finalize()'s barrier (the user did not call it).
+  void barrier(std::chrono::milliseconds timeout, bool traced_call = true) {
     actors::runtime& r = live();
     const std::uint32_t n = r.size();
     const std::uint64_t base = next_collective_tag();
     const auto deadline = deadline_after(timeout);
     const std::byte token{1};
-    for (std::uint32_t k = 0, dist = 1; dist < n; ++k, dist <<= 1) {
-      const std::uint32_t to = (rank() + dist) % n;
-      const std::uint32_t from = (rank() + n - dist) % n;
-      std::byte got{};
-      exchange(std::span<const std::byte>{&token, 1}, to, std::span<std::byte>{&got, 1}, from,
-               base | k, deadline, timeout);
-    }
+    trace t = traced_call ? begin_trace("barrier", "dissemination", {}, {}, 0, 0, ceil_log2(n))
+                          : trace{};
+    traced(t, [&] {
+      for (std::uint32_t k = 0, dist = 1; dist < n; ++k, dist <<= 1) {
+        const std::uint32_t to = (rank() + dist) % n;
+        const std::uint32_t from = (rank() + n - dist) % n;
+        std::byte got{};
+        const std::int64_t at = trace_clock(t);
+        exchange(std::span<const std::byte>{&token, 1}, to, std::span<std::byte>{&got, 1}, from,
+                 base | k, deadline, timeout);
+        trace_sent(t, k, to, 1, at);
+        trace_received(t, k, from, 1);
+      }
+    });
   }
 
   void receive_until(std::span<std::byte> into, std::uint32_t from, std::uint64_t tag,
@@ -324,32 +442,52 @@ struct comm::impl {
     const std::uint32_t n = r.size();
     const std::uint32_t me = rank();
     const std::uint64_t base = next_collective_tag();
-    if (n == 1) return;
+    const std::uint32_t p2 = std::bit_floor(n);
+    const std::uint32_t extra = n - p2;
+    const std::uint32_t rounds = ceil_log2(p2);
+    // Steps in the trace: 0 the fold, 1..rounds recursive doubling, rounds + 1 the unfold.
+    trace t = begin_trace("allreduce", "recursive_doubling", trace_type_name<T>(), trace_name(op),
+                          data.size(), data.size_bytes(), rounds + 2);
+    if (n == 1) {
+      traced(t, [] {});
+      return;
+    }
     const auto deadline = deadline_after(timeout);
     const auto bytes = std::as_writable_bytes(data);
     std::vector<T> other(data.size());
     const auto other_bytes = std::as_writable_bytes(std::span<T>{other});
 
-    const std::uint32_t p2 = std::bit_floor(n);
-    const std::uint32_t extra = n - p2;
-    // Fold: ranks past the largest power of two hand their data to a partner below it.
-    if (me >= p2) {
-      send(bytes, me - p2, base | 0xff);
-      receive_until(bytes, me - p2, base | 0xfe, deadline, timeout);
-      return;
-    }
-    if (me < extra) {
-      receive_until(other_bytes, me + p2, base | 0xff, deadline, timeout);
-      reduce<T>(data, other, op, true);
-    }
-    // Recursive doubling among the first p2 ranks.
-    std::uint32_t round = 0;
-    for (std::uint32_t mask = 1; mask < p2; mask <<= 1, ++round) {
-      const std::uint32_t partner = me ^ mask;
-      exchange(bytes, partner, other_bytes, partner, base | round, deadline, timeout);
-      reduce<T>(data, other, op, me < partner);
-    }
-    if (me < extra) send(bytes, me + p2, base | 0xfe);
+    traced(t, [&] {
+      // Fold: ranks past the largest power of two hand their data to a partner below it.
+      if (me >= p2) {
+        const std::int64_t at = trace_clock(t);
+        send(bytes, me - p2, base | 0xff);
+        trace_sent(t, 0, me - p2, bytes.size(), at);
+        receive_until(bytes, me - p2, base | 0xfe, deadline, timeout);
+        trace_received(t, rounds + 1, me - p2, bytes.size());
+        return;
+      }
+      if (me < extra) {
+        receive_until(other_bytes, me + p2, base | 0xff, deadline, timeout);
+        trace_received(t, 0, me + p2, other_bytes.size());
+        reduce<T>(data, other, op, true);
+      }
+      // Recursive doubling among the first p2 ranks.
+      std::uint32_t round = 0;
+      for (std::uint32_t mask = 1; mask < p2; mask <<= 1, ++round) {
+        const std::uint32_t partner = me ^ mask;
+        const std::int64_t at = trace_clock(t);
+        exchange(bytes, partner, other_bytes, partner, base | round, deadline, timeout);
+        trace_sent(t, round + 1, partner, bytes.size(), at);
+        trace_received(t, round + 1, partner, other_bytes.size());
+        reduce<T>(data, other, op, me < partner);
+      }
+      if (me < extra) {
+        const std::int64_t at = trace_clock(t);
+        send(bytes, me + p2, base | 0xfe);
+        trace_sent(t, rounds + 1, me + p2, bytes.size(), at);
+      }
+    });
   }
 };
 
@@ -565,7 +703,15 @@ actors::runtime& comm::runtime() {
 
 void comm::finalize() {
   if (!impl_ || impl_->finalized) return;
-  impl_->barrier(no_timeout);
+  impl_->barrier(no_timeout, /*traced_call=*/false);
+  if (actors::trace_recorder* recorder = impl_->recorder) {
+    // Now, not only at exit: a rank that is killed after finalize still leaves its file.
+    if (auto w = recorder->write(rank()); !w) {
+      logger().warn("rank {}: VESSEL_TRACE: cannot write {}: {}", rank(),
+                    actors::trace_recorder::rank_path(recorder->path(), rank()),
+                    w.error().message());
+    }
+  }
   impl_->finalized = true;
   impl_->rt->shutdown();
 }

@@ -367,9 +367,7 @@ void collective_engine::begin_trace(collective_state& s, trace_recorder& recorde
   header.sequence = s.sequence;
   header.count = p.count;
   header.bytes = message_bytes;
-  header.op = s.op;
-  header.type = p.type;
-  header.reduction = p.op;
+  describe(header, s.op, p.type, p.op);
   const std::size_t n = std::min(s.algorithm_name.size(), header.algorithm.size() - 1);
   std::memcpy(header.algorithm.data(), s.algorithm_name.data(), n);
   s.trace = std::make_unique<collective_trace>(recorder, header, 2 * std::size_t{p.size} + 2,

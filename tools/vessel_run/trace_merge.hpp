@@ -1,6 +1,6 @@
 #pragma once
 // After a job run with VESSEL_TRACE=out.json, vessel-run joins the ranks' out.rank<r>.json
-// (collectives/trace_recorder.hpp) into out.json, one process per rank: the file users open in
+// (actors/trace_recorder.hpp) into out.json, one process per rank: the file users open in
 // Perfetto. The join is textual: the recorder writes one event per line between a fixed first
 // line and a fixed tail, so nothing here parses JSON (scripts/vessel-trace-merge does the same
 // with a parser, for jobs that mpirun or srun started).
@@ -12,7 +12,7 @@
 namespace vessel::tools {
 
 /// The file rank `rank` writes for VESSEL_TRACE=`path`: the rule of
-/// collectives::trace_recorder::rank_path ("out.json" -> "out.rank2.json", "trace" ->
+/// actors::trace_recorder::rank_path ("out.json" -> "out.rank2.json", "trace" ->
 /// "trace.rank2.json").
 std::string trace_rank_path(std::string_view path, std::uint32_t rank);
 

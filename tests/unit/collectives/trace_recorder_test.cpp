@@ -31,9 +31,7 @@ trace_event header(std::uint32_t rank, std::uint64_t sequence) {
   h.sequence = sequence;
   h.count = 256;
   h.bytes = 1024;
-  h.op = collective_op::allreduce;
-  h.type = dtype::float32;
-  h.reduction = reduce_op::sum;
+  describe(h, collective_op::allreduce, dtype::float32, reduce_op::sum);
   const std::string_view name = "ring";
   std::copy(name.begin(), name.end(), h.algorithm.begin());
   return h;
@@ -152,7 +150,7 @@ TEST(trace_recorder, each_rank_file_parses_as_a_chrome_trace_with_named_processe
   {  // an overlapping collective on lane 1, and a failed one with a quote in its message
     trace_event h = header(1, 1);
     h.track += 1;
-    h.op = collective_op::broadcast;
+    describe(h, collective_op::broadcast, dtype::float32, reduce_op::sum);
     collective_trace t{rec, h, 4, 5'000'200};
     t.received(0, 0, 1 << 20, 5'000'900);
     t.finish(std::make_error_code(std::errc::timed_out), 5'001'000);
