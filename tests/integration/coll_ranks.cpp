@@ -8,6 +8,11 @@
 //                      reduce_scatter)
 //   coll_ranks timeout rank 0 runs an allreduce that rank 1 never joins: errc::timed_out
 //   coll_ranks quick   the default algorithm per op, int32 and float32, 0/7/1000 and 1<<18
+//   coll_ranks odd     for world sizes that are no power of two (6, 7, 8 ranks): the default
+//                      algorithm per op and every algorithm whose shape depends on the world
+//                      size (recursive doubling/halving, Rabenseifner, dissemination,
+//                      binomial trees), int32 and float32, 0/7/1000 and 1<<16; then
+//                      vessel::comm's own barrier and allreduce (fold + recursive doubling)
 //   coll_ranks comms   split/dup: ranks, ids, sizes; then non-blocking collectives on world, a
 //                      dup and a split in flight together, waited in a rank-dependent order
 //   coll_ranks linkdrop  rank 0 drops its connection to rank 1 (drop_connection) while a large
@@ -25,11 +30,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -419,6 +426,74 @@ bool checked_allreduce(communicator& c, checker& ck, std::size_t n,
   return ran;
 }
 
+/// Mode "odd": what a world size that is no power of two changes. Ring, chain and pairwise
+/// algorithms treat every size alike (and 3 and 5 ranks run them all in "full" and "quick"); the
+/// ones here fold extra ranks in, halve unevenly or prune a tree.
+void run_odd_sizes(communicator& c, checker& ck) {
+  constexpr std::array<std::string_view, 4> shaped_by_size{"recursive_doubling", "rabenseifner",
+                                                           "dissemination", "binomial"};
+  for (collective_op op : all_collective_ops) {
+    std::vector<std::string_view> algos{"auto"};
+    for (std::string_view a : algorithm_names(op)) {
+      if (std::find(shaped_by_size.begin(), shaped_by_size.end(), a) != shaped_by_size.end()) {
+        algos.push_back(a);
+      }
+    }
+    for (std::string_view a : algos) {
+      for (dtype t : {dtype::int32, dtype::float32}) {
+        for (std::size_t n : {std::size_t{0}, std::size_t{7}, std::size_t{1000}}) {
+          run_case(c, ck, op, a, t, n);
+        }
+      }
+      const bool big_four = op == collective_op::allreduce || op == collective_op::broadcast ||
+                            op == collective_op::allgather || op == collective_op::reduce_scatter;
+      if (big_four) {
+        const bool block = op == collective_op::allgather || op == collective_op::reduce_scatter;
+        const std::size_t big = std::size_t{1} << 16;
+        run_case(c, ck, op, a, dtype::float32, block ? big / c.size() : big);
+      }
+    }
+  }
+}
+
+/// vessel::comm's own collectives (actors/comm.cpp): the ranks past the largest power of two
+/// fold in before the recursive doubling and get the result after it.
+void run_world_collectives(vessel::comm& world, checker& ck) {
+  const std::uint32_t p = world.size();
+  const std::uint32_t me = world.rank();
+  ck.what = "comm.barrier";
+  world.barrier(std::chrono::seconds{30});
+  ++ck.runs;
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{300'000}}) {
+    // 300'000 int64: 2.4 MB, cut into several chunks per round.
+    std::vector<std::int64_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = std::int64_t(me + 1) * std::int64_t(i % 97 + 1);
+    world.allreduce(std::span<std::int64_t>(v), vessel::reduce_op::sum, std::chrono::seconds{30});
+    ck.what = "comm.allreduce/int64/" + std::to_string(n);
+    ++ck.runs;
+    const std::int64_t ranks_sum = std::int64_t(p) * (p + 1) / 2;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t want = ranks_sum * std::int64_t(i % 97 + 1);
+      if (v[i] != want && ++ck.failures <= 20) {
+        std::printf("FAIL rank %u %s: element %zu is %lld, want %lld\n", me, ck.what.c_str(), i,
+                    static_cast<long long>(v[i]), static_cast<long long>(want));
+      }
+    }
+    std::vector<double> m(n);
+    for (std::size_t i = 0; i < n; ++i) m[i] = double(me) + 0.25 * double(i % 5);
+    world.allreduce(std::span<double>(m), vessel::reduce_op::max, std::chrono::seconds{30});
+    ck.what = "comm.allreduce/float64 max/" + std::to_string(n);
+    ++ck.runs;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double want = double(p - 1) + 0.25 * double(i % 5);
+      if (m[i] != want && ++ck.failures <= 20) {
+        std::printf("FAIL rank %u %s: element %zu is %.17g, want %.17g\n", me, ck.what.c_str(), i,
+                    m[i], want);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -575,6 +650,13 @@ int main(int argc, char** argv) {
       made.value().reset();
       world.abort();  // finalize() would wait in a barrier for the dead rank
       return report("rankdeath");
+    }
+    if (mode == "odd") {
+      run_odd_sizes(c, ck);
+      run_world_collectives(world, ck);
+      made.value().reset();
+      world.finalize();
+      return report("odd");
     }
     const bool full = mode == "full";
     const std::vector<dtype> types =
