@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "actors/kv_store_client.hpp"
 #include "actors/message_matcher.hpp"
 #include "actors/runtime.hpp"
 #include "collectives/algorithms/factory.hpp"
@@ -67,6 +68,20 @@ id_registry& ids() {
   return r;
 }
 
+/// VESSEL_RESTARTS > 0: the launcher restarts dead ranks (vessel-run --restart).
+bool restarts_allowed() {
+  const char* v = std::getenv("VESSEL_RESTARTS");
+  return v != nullptr && std::strtoul(v, nullptr, 10) > 0;
+}
+
+/// How long a restarted rank waits for its survivors' rejoin records: VESSEL_CONNECT_TIMEOUT_MS
+/// (the runtime's start-up bound), 60 s without it.
+std::chrono::milliseconds rejoin_wait() {
+  const char* v = std::getenv("VESSEL_CONNECT_TIMEOUT_MS");
+  const unsigned long ms = v != nullptr ? std::strtoul(v, nullptr, 10) : 0;
+  return std::chrono::milliseconds{ms > 0 ? ms : 60000};
+}
+
 std::string rank_list(const std::vector<std::uint32_t>& ranks) {
   std::string s;
   for (std::uint32_t r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
@@ -97,6 +112,13 @@ struct collective_state {
   std::uint32_t comm_id = 0;
   std::uint64_t sequence = 0;
   std::uint64_t tag = 0;
+  // What a retry after a member's restart starts again from (communicator.hpp, "Restarts").
+  algorithm_params params;
+  algorithm_buffers buffers;  // input: kept_input for in-place calls when retrying
+  std::vector<std::byte> kept_input;
+  std::uint64_t epoch = 0;  // the attempt it runs under (the tag's attempt bits)
+  std::uint32_t attempts = 1;
+  bool awaiting_retry = false;  // abandoned (or not yet started): waits for every link up
   std::unique_ptr<algorithm> algo;
   std::vector<std::byte> scratch;
   std::optional<step_driver<received_chunk>> driver;
@@ -124,7 +146,8 @@ struct collective_state {
   }
   std::string name() const {
     return std::string{to_string(op)} + " #" + std::to_string(sequence) + " (" + algorithm_name +
-           ", communicator " + std::to_string(comm_id) + ")";
+           ", communicator " + std::to_string(comm_id) +
+           (attempts > 1 ? ", attempt " + std::to_string(attempts) : std::string{}) + ")";
   }
 };
 
@@ -134,6 +157,13 @@ struct collective_engine {
   std::vector<std::shared_ptr<collective_state>> active;
 
   std::vector<std::uint64_t> trace_lanes;  // per communicator id: lanes in use (bit per lane)
+
+  // Restarts (communicator.hpp): the epoch is epoch_base plus every restart seen so far.
+  bool retry_on_restart = false;
+  std::uint64_t epoch_base = 0;
+  std::uint64_t epoch = 0;
+  std::vector<std::uint64_t> restarts_seen;  // per world rank
+  const communicator* world_comm = nullptr;  // whose sequence a rejoin record names
 
   explicit collective_engine(actors::runtime& r) : rt(&r) {}
   /// The family's last communicator is gone: its rank's trace file gets what it ran.
@@ -158,6 +188,19 @@ struct collective_engine {
   void begin_trace(collective_state& s, trace_recorder& recorder, const algorithm_params& p,
                    std::size_t message_bytes);
   void end_trace(collective_state& s);
+
+  /// Starts (or starts again) the driver of `s`: first sends, receives posted.
+  void launch(collective_state& s);
+  /// Counts restarts; a new one abandons every collective in flight under an older epoch and
+  /// publishes the rejoin record for the restarted rank.
+  void check_restarts();
+  /// Drops the attempt in flight: nothing of it (chunks kept, receives, partial output) survives.
+  void abandon(collective_state& s);
+  /// An abandoned or deferred collective: starts it under the current epoch once every member's
+  /// link is up (fails it if one is down). True if it moved.
+  bool retry(collective_state& s);
+  bool members_up(const communicator_group& g) const;
+  void publish_rejoin(std::uint32_t rank, std::uint64_t restart);
 };
 
 // -- collective_request
@@ -268,6 +311,7 @@ void collective_engine::fail_transport(collective_state& s, std::string what) {
 
 bool collective_engine::advance(collective_state& s) {
   if (s.finished) return false;
+  if (s.awaiting_retry) return retry(s);
   bool moved = false;
   auto emit = [this, &s](const send_step& step, std::span<const std::byte> bytes) {
     send_chunk(s, step, bytes);
@@ -384,6 +428,7 @@ void collective_engine::end_trace(collective_state& s) {
 }
 
 bool collective_engine::progress() {
+  check_restarts();
   bool moved = false;
   for (std::size_t i = 0; i < active.size(); ++i) moved |= advance(*active[i]);
   std::erase_if(active, [](const auto& s) { return s->finished; });
@@ -411,6 +456,15 @@ result<void> collective_engine::wait_for(collective_state& s) {
         continue;
       }
       if (std::chrono::steady_clock::now() < a.deadline) continue;
+      if (a.awaiting_retry) {
+        std::string detail = a.name() + ": no progress for " + std::to_string(a.timeout.count()) +
+                             " ms: waiting to retry after a member's restart until every " +
+                             "member's link is up";
+        logger().error("rank {}: {}", rt->rank(), detail);
+        fail(a, make_error_code(errc::timed_out), std::move(detail));
+        finish(a);
+        continue;
+      }
       std::vector<std::uint32_t> peers;
       const std::uint32_t round = a.algo->waiting_for(peers);
       std::string links;  // awaited members whose link is not up say more than "waiting"
@@ -435,6 +489,149 @@ result<void> collective_engine::wait_for(collective_state& s) {
   return outcome::success();
 }
 
+void collective_engine::launch(collective_state& s) {
+  auto emit = [this, &s](const send_step& step, std::span<const std::byte> bytes) {
+    send_chunk(s, step, bytes);
+  };
+  if (auto started = s.driver->start(emit); !started) {
+    fail(s, started.error());
+  } else if (!s.error && !s.driver->done()) {
+    for (std::size_t i = 0; i < s.receive_slots; ++i) post_receive(s, i);
+  }
+  (void)advance(s);
+}
+
+bool collective_engine::members_up(const communicator_group& g) const {
+  for (std::uint32_t m : g.members) {
+    if (rt->peer_status(m) != actors::peer_state::up) return false;
+  }
+  return true;
+}
+
+void collective_engine::check_restarts() {
+  if (!retry_on_restart) return;
+  bool changed = false;
+  for (std::uint32_t p = 0; p < restarts_seen.size() && !changed; ++p) {
+    changed = rt->peer_restarts(p) != restarts_seen[p];
+  }
+  if (!changed) return;
+  std::uint64_t seen = 0;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> restarted;
+  for (std::uint32_t p = 0; p < restarts_seen.size(); ++p) {
+    const std::uint64_t c = rt->peer_restarts(p);
+    if (c != restarts_seen[p]) restarted.emplace_back(p, c);
+    restarts_seen[p] = c;
+    seen += c;
+  }
+  epoch = epoch_base + seen;
+  for (const auto& s : active) {
+    if (!s->finished && !s->awaiting_retry && s->epoch != epoch) abandon(*s);
+  }
+  for (const auto& [p, c] : restarted) publish_rejoin(p, c);
+}
+
+void collective_engine::abandon(collective_state& s) {
+  while (s.receives_posted > 0) {  // whatever matched meanwhile belongs to the dead attempt
+    actors::p2p_request& r = s.receives[s.receive_head];
+    rt->cancel(r);
+    r.payload.reset();
+    s.receive_head = (s.receive_head + 1) % s.receive_slots;
+    --s.receives_posted;
+  }
+  while (s.sends_out > 0) {  // handed over (or failed): their bytes are the link's, not ours
+    actors::p2p_request& r = s.sends[s.send_head];
+    r.wait();
+    r.payload.reset();
+    s.send_head = (s.send_head + 1) % s.send_slots;
+    --s.sends_out;
+  }
+  s.receive_head = s.send_head = 0;
+  s.driver.reset();
+  s.algo.reset();
+  s.awaiting_retry = true;
+  logger().info(
+      "rank {}: {}: a member restarted: attempt abandoned, retried once every "
+      "member's link is up",
+      rt->rank(), s.name());
+}
+
+bool collective_engine::retry(collective_state& s) {
+  if (check_members(s)) {  // gone for good after all: case 3, as without restarts
+    finish(s);
+    return true;
+  }
+  if (!members_up(*s.group)) return false;
+  auto algo = make_algorithm(s.op, s.algorithm_name, s.params);
+  if (!algo) {
+    fail(s, algo.error());
+    finish(s);
+    return true;
+  }
+  s.algo = std::move(algo).value();
+  s.scratch.assign(s.algo->scratch_bytes(), std::byte{0});
+  s.buffers.scratch = s.scratch;
+  s.driver.emplace(*s.algo, s.buffers);
+  if (s.epoch != epoch) ++s.attempts;
+  s.epoch = epoch;
+  s.tag = collective_tag(s.comm_id, s.sequence, epoch);
+  s.awaiting_retry = false;
+  s.touch();
+  if (s.attempts > 1) logger().info("rank {}: {}: retrying", rt->rank(), s.name());
+  launch(s);
+  return true;
+}
+
+void collective_engine::publish_rejoin(std::uint32_t rank, std::uint64_t restart) {
+  if (world_comm == nullptr) return;
+  rejoin_record rec{world_comm->sequence_, epoch};
+  for (const auto& s : active) {
+    if (s->owner == world_comm && !s->finished) {
+      rec.sequence = std::min(rec.sequence, s->sequence);
+    }
+  }
+  const std::string key = rejoin_record::key(rank, restart, rt->rank());
+  logger().info("rank {}: rank {} restarted (restart {}): it rejoins at collective #{} (epoch {})",
+                rt->rank(), rank, restart, rec.sequence, rec.epoch);
+  if (auto w = rt->store().set(key, rec.encode()); !w) {
+    logger().error("rank {}: cannot publish {}: {}", rt->rank(), key, w.error().message());
+  }
+}
+
+// -- rejoin_record
+
+std::string rejoin_record::encode() const {
+  return std::to_string(sequence) + " " + std::to_string(epoch);
+}
+
+result<rejoin_record> rejoin_record::decode(std::string_view text) {
+  rejoin_record r;
+  std::uint64_t* fields[2] = {&r.sequence, &r.epoch};
+  std::size_t at = 0;
+  for (int f = 0; f < 2; ++f) {
+    if (f == 1) {
+      if (at >= text.size() || text[at] != ' ') return errc::protocol_violation;
+      ++at;
+    }
+    const std::size_t begin = at;
+    std::uint64_t v = 0;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9') {
+      const std::uint64_t digit = static_cast<std::uint64_t>(text[at] - '0');
+      if (v > (~std::uint64_t{0} - digit) / 10) return errc::protocol_violation;
+      v = v * 10 + digit;
+      ++at;
+    }
+    if (at == begin || at - begin > 20) return errc::protocol_violation;
+    *fields[f] = v;
+  }
+  if (at != text.size()) return errc::protocol_violation;
+  return r;
+}
+
+std::string rejoin_record::key(std::uint32_t rank, std::uint64_t restart, std::uint32_t survivor) {
+  return "vessel/coll/rejoin/" + std::to_string(rank) + "/" + std::to_string(restart) + "/" +
+         std::to_string(survivor);
+}
+
 // -- communicator
 
 communicator::communicator(std::shared_ptr<collective_engine> engine,
@@ -452,6 +649,7 @@ communicator::~communicator() {
   for (const auto& s : pending) {
     if (s->owner == this && !s->finished) (void)engine_->wait_for(*s);
   }
+  if (engine_->world_comm == this) engine_->world_comm = nullptr;
 }
 
 result<std::unique_ptr<communicator>> communicator::create(actors::runtime& rt,
@@ -466,6 +664,46 @@ result<std::unique_ptr<communicator>> communicator::create(actors::runtime& rt,
   std::unique_ptr<communicator> c{
       new communicator(std::make_shared<collective_engine>(rt), std::move(group), options)};
   VESSEL_TRY(c->selector_.apply_env(process_env()));
+  collective_engine& e = *c->engine_;
+  e.retry_on_restart = options.retry_on_restart.value_or(restarts_allowed());
+  if (!e.retry_on_restart) return c;
+  e.world_comm = c.get();
+  e.restarts_seen.resize(rt.size());
+  std::uint64_t seen = 0;
+  for (std::uint32_t p = 0; p < rt.size(); ++p) seen += e.restarts_seen[p] = rt.peer_restarts(p);
+  if (c->incarnation_ > 0) {
+    // A restart: every other rank names the world collective it is retrying (header comment).
+    std::optional<rejoin_record> agreed;
+    for (std::uint32_t p = 0; p < rt.size(); ++p) {
+      if (p == rt.rank()) continue;
+      const std::string key = rejoin_record::key(rt.rank(), c->incarnation_, p);
+      auto value = rt.store().get(key, rejoin_wait());
+      if (!value) {
+        logger().error("rank {}: restarted (incarnation {}): no rejoin record from rank {}: {}",
+                       rt.rank(), c->incarnation_, p, value.error().message());
+        return errc::rejoin_mismatch;
+      }
+      const std::vector<std::byte>& v = value.value();
+      auto rec = rejoin_record::decode({reinterpret_cast<const char*>(v.data()), v.size()});
+      if (!rec) return rec.error();
+      if (agreed && !(*agreed == rec.value())) {
+        logger().error(
+            "rank {}: restarted: rank {} rejoins at #{} (epoch {}), another at #{} "
+            "(epoch {})",
+            rt.rank(), p, rec.value().sequence, rec.value().epoch, agreed->sequence, agreed->epoch);
+        return errc::rejoin_mismatch;
+      }
+      agreed = rec.value();
+    }
+    if (agreed) {
+      c->sequence_ = agreed->sequence;
+      c->rejoin_sequence_ = agreed->sequence;
+      e.epoch_base = agreed->epoch - seen;
+      logger().info("rank {}: restarted (incarnation {}): rejoins at collective #{} (epoch {})",
+                    rt.rank(), c->incarnation_, agreed->sequence, agreed->epoch);
+    }
+  }
+  e.epoch = e.epoch_base + seen;
   return c;
 }
 
@@ -603,6 +841,7 @@ collective_request communicator::start(collective_op op, algorithm_params params
   const std::size_t largest = engine_->rt->max_message_bytes() - header_bytes;
   params.chunk_bytes = std::min(o.chunk_bytes != 0 ? o.chunk_bytes : default_chunk_bytes, largest);
   // Every rank burns the sequence number, even on a local error, so the next call still agrees.
+  engine_->check_restarts();  // before the number: a rejoin record may name this call
   const std::uint64_t sequence = sequence_++;
   if (params.root >= params.size) return {engine_, failed_state(op, errc::invalid_argument)};
 
@@ -618,17 +857,25 @@ collective_request communicator::start(collective_op op, algorithm_params params
   s->group = group_;
   s->comm_id = options_.id;
   s->sequence = sequence;
-  s->tag = collective_tag(options_.id, sequence);
+  s->epoch = engine_->epoch;
+  s->tag = collective_tag(options_.id, sequence, s->epoch);
+  s->params = params;
+  if (engine_->retry_on_restart && !buffers.input.empty() && !buffers.output.empty() &&
+      buffers.input.data() < buffers.output.data() + buffers.output.size() &&
+      buffers.output.data() < buffers.input.data() + buffers.input.size()) {
+    // In place: a retry must start from the input, which the first attempt overwrites.
+    s->kept_input.assign(buffers.input.begin(), buffers.input.end());
+    buffers.input = s->kept_input;
+  }
   s->algo = std::move(algo).value();
   s->scratch.resize(s->algo->scratch_bytes());
   buffers.scratch = s->scratch;
+  s->buffers = buffers;
   s->driver.emplace(*s->algo, buffers);
   // One-chunk messages post one receive at a time: its repost rides in the same batch to the
   // reactor as the sends the chunk released, and none is left over to cancel at the end (a
   // cancel is one more round trip to the reactor thread, the largest cost of a small call).
-  s->receive_slots = message_bytes <= params.chunk_bytes
-                         ? std::size_t{1}
-                         : options_.receive_window;
+  s->receive_slots = message_bytes <= params.chunk_bytes ? std::size_t{1} : options_.receive_window;
   s->receives = std::make_unique<actors::p2p_request[]>(s->receive_slots);
   s->send_slots = options_.max_sends_in_flight;
   s->sends = std::make_unique<actors::p2p_request[]>(s->send_slots);
@@ -648,17 +895,14 @@ collective_request communicator::start(collective_op op, algorithm_params params
     e.end_trace(st);
     return {engine_, std::move(s)};
   }
-  auto emit = [&e, &st](const send_step& step, std::span<const std::byte> bytes) {
-    e.send_chunk(st, step, bytes);
-  };
-  if (auto started = st.driver->start(emit); !started) {
-    e.fail(st, started.error());
-  } else if (!st.error) {
-    if (!st.driver->done()) {
-      for (std::size_t i = 0; i < st.receive_slots; ++i) e.post_receive(st, i);
-    }
+  if (e.retry_on_restart && !e.members_up(*group_)) {
+    // A member is reconnecting or restarting: what it is sent now may go to its dead process;
+    // start once every link is up, under the epoch of then.
+    st.driver.reset();
+    st.awaiting_retry = true;
+  } else {
+    e.launch(st);
   }
-  (void)e.advance(st);
   if (!st.finished) e.active.push_back(s);
   return {engine_, std::move(s)};
 }

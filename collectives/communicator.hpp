@@ -13,7 +13,8 @@
 // Tags (in actors::reserved_tag_base's range; comm.cpp's own collectives use bit 63 with a
 // sequence number in bits 16..61, far below bit 62):
 //   bit 63 = 1 (reserved), bit 62 = 1 (communicator traffic),
-//   bits 48..61 = communicator id (14 bits), bits 0..47 = sequence number of the collective.
+//   bits 48..61 = communicator id (14 bits), bits 40..47 = attempt (8 bits, the restart epoch
+//   below, mod 256), bits 0..39 = sequence number of the collective.
 // Every chunk carries an 8-byte header (algorithm step, chunk index), little-endian, then data.
 //
 // Communicators: create() makes the world over a runtime; split(), dup() and shrink() make
@@ -28,6 +29,26 @@
 // VESSEL_PEER_TIMEOUT_MS) fails every collective of the communicator with errc::rank_failed;
 // detail() names the dead ranks; shrink() then agrees on the survivors.
 //
+// Restarts (communicator_options::retry_on_restart, on by default when VESSEL_RESTARTS > 0, as
+// under vessel-run --restart): a member whose process dies and comes back as a new incarnation
+// within the reconnect deadline fails nothing. Every rank counts the restarts it has seen (the
+// epoch: runtime::peer_restarts summed over the world, plus what a restarted rank inherits), and
+// every collective runs under the epoch of its start as its tag's attempt. When the epoch moves
+// under a collective in flight, the survivor abandons the attempt (receives cancelled, sends
+// handed over, the driver and its kept chunks dropped: nothing of it reaches the retry, and
+// chunks of it still on the wire carry the old attempt and never match again), waits until every
+// member's link is up, and starts it again from its inputs (in-place calls read a copy taken at
+// the start, only when retrying is on). A survivor that sees a restart of world rank m publishes
+// in the store, under "vessel/coll/rejoin/<m>/<restart count>/<own world rank>", the world
+// communicator's sequence number the restarted rank must join (the oldest in flight, else the
+// next) and the epoch; the restarted rank's create() waits for every survivor's record (up to
+// VESSEL_CONNECT_TIMEOUT_MS), requires them to agree, and starts there: rejoin_sequence() tells
+// the app which call it is joining. Nothing else is replayed: the app re-syncs its own state.
+// Limits: the world communicator only (a restarted rank's split/dup children are not rebuilt); a
+// survivor that already finished the collective the others retry has moved on, so the records
+// disagree and the restarted rank's create() fails (errc::rejoin_mismatch), the survivors then
+// time out; rank 0 (which serves the store) cannot be restarted.
+//
 // Flow: at most max_sends_in_flight chunk sends outstanding per collective (emit waits for the
 // oldest one beyond that; a send completes once the link accepted it) and receive_window
 // receives posted (any source, the collective's tag); unexpected chunks beyond those are held
@@ -37,6 +58,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,12 +79,34 @@ namespace vessel::collectives {
 inline constexpr std::uint64_t communicator_tag_bit = std::uint64_t{1} << 62;
 inline constexpr std::uint32_t max_communicator_id = (1u << 14) - 1;
 
-/// The tag of collective `sequence` on communicator `id` (layout above).
-constexpr std::uint64_t collective_tag(std::uint32_t id, std::uint64_t sequence) noexcept {
+inline constexpr unsigned attempt_shift = 40;
+inline constexpr std::uint64_t max_attempt = 0xff;
+
+/// The tag of attempt `attempt` (mod 256) of collective `sequence` (mod 2^40) on communicator
+/// `id` (layout above).
+constexpr std::uint64_t collective_tag(std::uint32_t id, std::uint64_t sequence,
+                                       std::uint64_t attempt = 0) noexcept {
   return (std::uint64_t{1} << 63) | communicator_tag_bit |
          (std::uint64_t{id & max_communicator_id} << 48) |
-         (sequence & ((std::uint64_t{1} << 48) - 1));
+         ((attempt & max_attempt) << attempt_shift) |
+         (sequence & ((std::uint64_t{1} << attempt_shift) - 1));
 }
+
+/// What a survivor publishes for a restarted rank: the world communicator's sequence number it
+/// joins and the epoch (restarts seen) the survivors run it under.
+struct rejoin_record {
+  std::uint64_t sequence = 0;
+  std::uint64_t epoch = 0;
+
+  /// "<sequence> <epoch>", the store value.
+  std::string encode() const;
+  /// The value of encode(); errc::protocol_violation for anything else.
+  static result<rejoin_record> decode(std::string_view text);
+  /// The store key a survivor (world rank `survivor`) writes for restart `restart` (its count of
+  /// restarts of `rank`, which is the restarted process's VESSEL_INCARNATION) of world rank `rank`.
+  static std::string key(std::uint32_t rank, std::uint64_t restart, std::uint32_t survivor);
+  friend bool operator==(const rejoin_record&, const rejoin_record&) = default;
+};
 
 /// Per call: which algorithm (empty: VESSEL_ALGO_<OP>, then the table), the root, a timeout.
 struct call_options {
@@ -76,6 +120,9 @@ struct communicator_options {
   std::uint32_t id = 0;                 ///< tells communicators apart in the tag
   std::size_t max_sends_in_flight = 8;  ///< per collective
   std::size_t receive_window = 8;       ///< receives posted ahead per collective
+  /// World communicator only: retry a collective in flight when a member restarts, and rejoin
+  /// when this process is a restart (header comment). Unset: VESSEL_RESTARTS > 0.
+  std::optional<bool> retry_on_restart;
 };
 
 /// split(): this rank joins no new communicator.
@@ -149,6 +196,11 @@ class communicator {
   /// the app must rejoin what its peers are doing, it has no state of its old self.
   bool restarted() const noexcept { return incarnation_ > 0; }
   std::uint32_t incarnation() const noexcept { return incarnation_; }
+  /// A restarted rank retrying in flight collectives (retry_on_restart): the sequence number of
+  /// the world communicator's call it joins (its first collective call here is that one; the
+  /// survivors are retrying it). Collectives are numbered from 0 in call order, every call (split
+  /// and dup included) counting one. Empty when not a restart or not retrying.
+  std::optional<std::uint64_t> rejoin_sequence() const noexcept { return rejoin_sequence_; }
 
   // Non-blocking forms; each blocking one is the same call followed by wait(). Spans: counts in
   // elements of `type`. In place: pass the same memory as input and output (allgather/gather:
@@ -219,6 +271,7 @@ class communicator {
 
  private:
   friend class collective_request;
+  friend struct collective_engine;  // a rejoin record names the world's next sequence
   communicator(std::shared_ptr<collective_engine> engine,
                std::shared_ptr<const communicator_group> group, communicator_options options);
   /// A child over `members` (ranks here) with id `id`, sharing this one's driver and selector.
@@ -235,6 +288,7 @@ class communicator {
   algorithm_selector selector_;
   std::uint64_t sequence_ = 0;
   std::uint32_t incarnation_ = 0;
+  std::optional<std::uint64_t> rejoin_sequence_;
 };
 
 }  // namespace vessel::collectives

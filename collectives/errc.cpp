@@ -22,6 +22,8 @@ class collectives_error_category final : public std::error_category {
       case errc::transport_failed: return "a send or receive of the collective failed";
       case errc::rank_failed: return "a rank of the communicator is gone (link down)";
       case errc::communicators_exhausted: return "no communicator id left";
+      case errc::rejoin_mismatch:
+        return "the survivors disagree on the collective a restarted rank rejoins";
     }
     return "unknown vessel.collectives error";
   }

@@ -20,6 +20,7 @@ enum class errc {
   rank_failed,         ///< a member rank is gone for good (its link is down); the request's
                        ///< detail() names it; communicator::shrink() continues without it.
   communicators_exhausted,  ///< no communicator id left (14 bits, per runtime).
+  rejoin_mismatch,          ///< a restarted rank's survivors named different collectives to rejoin.
 };
 
 const std::error_category& collectives_category() noexcept;
