@@ -12,14 +12,16 @@
 // applies it with the same arithmetic to the same previous weights.
 //
 // Restart (`vessel-run --restart N`): a collective that fails (a rank died, so its peers time out
-// after --fail-timeout-ms) makes every rank regroup through rank 0 with point-to-point messages:
-// survivors report how many steps they completed (they differ by one at most, and each keeps the
-// weights before its last step), a restarted process (VESSEL_INCARNATION > 0) asks to join; rank
-// 0 picks the smallest step, sends every rank the step and a new generation, and the joiners the
-// weights of that step. Everyone then continues on a fresh communicator whose id is the
-// generation, so no chunk of the failed collective can match the new ones. Rank 0 is the store:
-// its death ends the job. --kill-rank R --kill-step S makes rank R's first incarnation SIGKILL
-// itself at step S (for tests and the demo).
+// after --fail-timeout-ms) makes every rank regroup with point-to-point messages, without a
+// coordinator: each rank sends every other one a report (survivors: the generation and how many
+// steps they completed; they differ by one at most, and each keeps the weights before its last
+// step) or a join (a restarted process: VESSEL_INCARNATION > 0), and hears one from each. Every
+// rank then takes the same decision: the smallest step any survivor holds, the next generation,
+// and the lowest surviving rank sends the joiners the weights of that step. Any rank may die,
+// rank 0 included: vessel-run serves the rendezvous store, so a restarted rank 0 rejoins as the
+// others do. Everyone then continues on a fresh communicator whose id is the generation, so no
+// chunk of the failed collective can match the new ones. --kill-rank R --kill-step S makes rank
+// R's first incarnation SIGKILL itself at step S (for tests and the demo).
 
 #include <csignal>
 #include <chrono>
@@ -107,7 +109,7 @@ void local_gradient(const shard& s, std::size_t d, const std::vector<double>& w,
 }
 
 /// Point-to-point tags of the regroup protocol (user tags: below actors::reserved_tag_base).
-constexpr std::uint64_t to_coordinator_tag = 1000;
+constexpr std::uint64_t regroup_tag = 1000;
 constexpr std::uint64_t resume_tag = 1001;
 constexpr std::uint64_t report_kind = 1, join_kind = 2;
 
@@ -118,6 +120,7 @@ struct training_state {
   std::uint64_t step = 0;  ///< completed steps: w holds the weights after `step` updates
   std::vector<double> w, prev;
   double first_loss = 0, loss = 0;
+  std::uint32_t weights_from = 0;  ///< the survivor that sent joiners the weights in the last regroup
 };
 
 std::vector<std::byte> pack(const std::vector<std::uint64_t>& head, const std::vector<double>& tail) {
@@ -139,64 +142,89 @@ double real_at(const std::vector<std::byte>& b, std::size_t i) {
   return v;
 }
 
-/// The regroup (file comment). Survivors pass joining = false. Returns the new communicator.
+/// A send to a rank that may be dead: its failure is not ours (the rank's next incarnation hears
+/// from us again when its join arrives).
+void send_if_alive(std::vector<vessel::comm_request>& sends, vessel::comm& world,
+                   const std::vector<std::byte>& m, std::uint32_t to, std::uint64_t tag) {
+  try {
+    sends.push_back(world.isend(m, to, tag));
+  } catch (const vessel::comm_error&) {
+  }
+}
+
+/// The regroup (file comment): every rank tells every other one where it stands and hears the
+/// same from all, so every rank takes the same decision without a coordinator. Survivors pass
+/// joining = false. Returns the new communicator.
 std::unique_ptr<coll::communicator> regroup(vessel::comm& world, training_state& st, bool joining,
                                             std::chrono::milliseconds timeout) {
   const std::uint32_t me = world.rank(), n = world.size();
   const std::size_t d = st.w.size();
-  if (me != 0) {
-    world.send(pack({joining ? join_kind : report_kind, st.generation, st.step}, {}), 0,
-               to_coordinator_tag);
-    // The resume for the next generation (a joiner takes any: it does not know the generation).
-    for (;;) {
-      const auto m = world.recv(0, resume_tag, timeout);
-      const std::uint64_t gen = word(m, 0), step = word(m, 1);
-      if (!joining && gen <= st.generation) continue;  // a stale one
-      st.generation = gen;
-      if (joining) {
-        st.step = step;
-        st.first_loss = real_at(m, 2);
-        st.loss = real_at(m, 3);
-        for (std::size_t j = 0; j < d; ++j) st.w[j] = real_at(m, 4 + j);
-      } else if (step + 1 == st.step) {
-        st.w = st.prev;  // one step ahead of the slowest survivor: take that step back
-        st.step = step;
-      } else if (step != st.step) {
-        throw std::runtime_error("regroup: told step " + std::to_string(step) + ", at step " +
-                                 std::to_string(st.step));
-      }
-      break;
-    }
+  const auto mine = pack({joining ? join_kind : report_kind, st.generation, st.step}, {});
+  std::vector<vessel::comm_request> sends;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (r != me) send_if_alive(sends, world, mine, r, regroup_tag);
+  }
+  // One message from every other rank: a report of this generation, or a join. A report sent to
+  // a dead rank's link may be dropped when its next incarnation connects, so a survivor sends its
+  // report again to every joiner it hears from (a joiner may get it twice; the spare one is a
+  // stale report at the next regroup, and skipped there).
+  std::vector<std::uint64_t> kind(n, 0), gens(n, st.generation), steps(n, st.step);
+  kind[me] = joining ? join_kind : report_kind;
+  std::uint32_t heard = 0;
+  while (heard + 1 < n) {
+    vessel::recv_status from;
+    const auto m = world.recv(vessel::any_source, regroup_tag, timeout, &from);
+    const std::uint64_t k = word(m, 0), gen = word(m, 1);
+    if (k != report_kind && k != join_kind) continue;
+    if (k == report_kind && !joining && gen < st.generation) continue;  // from an older regroup
+    if (kind[from.source] == 0) ++heard;
+    kind[from.source] = k;
+    gens[from.source] = gen;
+    steps[from.source] = word(m, 2);
+    if (k == join_kind && !joining) send_if_alive(sends, world, mine, from.source, regroup_tag);
+  }
+  // The same decision everywhere: the smallest step any survivor holds, the generation after
+  // theirs, and the weights from the lowest survivor.
+  std::uint32_t source = n;
+  std::uint64_t target = UINT64_MAX, generation = 0;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    if (kind[r] != report_kind) continue;
+    if (source == n) source = r;
+    target = std::min(target, steps[r]);
+    generation = std::max(generation, gens[r]);
+  }
+  if (source == n) throw std::runtime_error("regroup: every rank restarted, no weights survive");
+  ++generation;
+  st.weights_from = source;
+  if (joining) {
+    const auto m = world.recv(source, resume_tag, timeout);
+    st.step = word(m, 0);
+    st.first_loss = real_at(m, 1);
+    st.loss = real_at(m, 2);
+    for (std::size_t j = 0; j < d; ++j) st.w[j] = real_at(m, 3 + j);
   } else {
-    if (joining) throw std::runtime_error("rank 0 serves the store: its restart cannot rejoin");
-    // One message from every other rank: a report of this generation, or a join.
-    std::vector<int> kind(n, 0);
-    std::vector<std::uint64_t> steps(n, st.step);
-    std::uint32_t heard = 0;
-    while (heard + 1 < n) {
-      vessel::recv_status from;
-      const auto m = world.recv(vessel::any_source, to_coordinator_tag, timeout, &from);
-      const std::uint64_t k = word(m, 0), gen = word(m, 1);
-      if (k == report_kind && gen != st.generation) continue;  // from an older regroup
-      if (kind[from.source] == 0) ++heard;
-      kind[from.source] = int(k);
-      if (k == report_kind) steps[from.source] = word(m, 2);
-    }
-    std::uint64_t target = st.step;
-    for (std::uint32_t r = 1; r < n; ++r) {
-      if (kind[r] == int(report_kind)) target = std::min(target, steps[r]);
-    }
     if (target + 1 == st.step) {
-      st.w = st.prev;
+      st.w = st.prev;  // one step ahead of the slowest survivor: take that step back
       st.step = target;
+    } else if (target != st.step) {
+      throw std::runtime_error("regroup: the survivors agreed on step " + std::to_string(target) +
+                               ", this rank is at step " + std::to_string(st.step));
     }
-    ++st.generation;
-    std::vector<double> state{st.first_loss, st.loss};
-    state.insert(state.end(), st.w.begin(), st.w.end());
-    for (std::uint32_t r = 1; r < n; ++r) {
-      const bool joiner = kind[r] == int(join_kind);
-      world.send(pack({st.generation, target}, joiner ? state : std::vector<double>{}), r,
-                 resume_tag);
+    if (me == source) {
+      std::vector<double> state{st.first_loss, st.loss};
+      state.insert(state.end(), st.w.begin(), st.w.end());
+      const auto resume = pack({st.step}, state);
+      for (std::uint32_t r = 0; r < n; ++r) {
+        if (kind[r] == join_kind) send_if_alive(sends, world, resume, r, resume_tag);
+      }
+    }
+  }
+  st.generation = generation;
+  for (auto& s : sends) {
+    try {
+      s.wait(timeout);
+    } catch (const vessel::comm_error&) {
+      // to a rank that died (again): the collectives of the new generation find out
     }
   }
   coll::communicator_options co;
@@ -254,9 +282,9 @@ int main(int argc, char** argv) {
       std::printf("rank %u restarted (incarnation %s): joining the survivors\n", me, inc);
       c = regroup(world, st, true, std::chrono::minutes{5});
       st.prev = st.w;
-      std::printf("rank %u rejoined at step %llu, generation %llu\n", me,
+      std::printf("rank %u rejoined at step %llu, generation %llu, weights from rank %u\n", me,
                   static_cast<unsigned long long>(st.step),
-                  static_cast<unsigned long long>(st.generation));
+                  static_cast<unsigned long long>(st.generation), st.weights_from);
     } else {
       auto made = coll::communicator::create(world.runtime());
       if (!made) throw vessel::comm_error(made.error(), "communicator");
@@ -323,8 +351,8 @@ int main(int argc, char** argv) {
       ++regroups;
       c.reset();
       c = regroup(world, st, false, std::chrono::minutes{5});
-      if (me == 0) {
-        std::printf("regrouped at step %llu (generation %llu)\n",
+      if (me == st.weights_from) {
+        std::printf("rank %u: regrouped at step %llu (generation %llu), leading the rejoin\n", me,
                     static_cast<unsigned long long>(st.step),
                     static_cast<unsigned long long>(st.generation));
       }

@@ -138,8 +138,8 @@ TEST(examples, data_parallel_sgd_on_three_ranks_gives_the_same_data_uneven_shard
 }
 
 // The restarted rank 2 publishes a new address; rank 3, which dials it, re-reads it from the store
-// once its re-dials of the old one fail (mesh: address refresh), and rank 2 rejoins through rank 0
-// (examples/README.md, the rejoin sequence).
+// once its re-dials of the old one fail (mesh: address refresh), and rank 2 rejoins with the weights
+// of the lowest survivor, rank 0 (examples/README.md, the rejoin sequence).
 TEST(examples, data_parallel_sgd_survives_a_killed_rank_under_restart) {
   // Rank 2 SIGKILLs itself at step 20; vessel-run restarts it; the survivors' allreduce fails
   // after --fail-timeout-ms, everyone regroups through rank 0, the new process gets the weights.
@@ -157,6 +157,29 @@ TEST(examples, data_parallel_sgd_survives_a_killed_rank_under_restart) {
   EXPECT_NE(r.out.find("[2] rank 2 restarted"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[2] rank 2 rejoined at step"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("regrouped at step"), std::string::npos) << r.out;
+}
+
+// Rank 0 too: vessel-run serves the store (not rank 0), the survivors regroup without it (the
+// lowest survivor, rank 1, sends the weights), and the restarted rank 0 publishes its new address
+// in that store, where ranks 1-3 find it once their re-dials of the old one fail.
+TEST(examples, data_parallel_sgd_survives_a_killed_rank_0_under_restart) {
+  const outcome r = shell(std::string{"timeout 400 "} + clean_env + VESSEL_RUN_PATH +
+                          " --timeout 300 --restart 2 -n 4 " + EXAMPLES_BIN_DIR +
+                          "/data_parallel_sgd " + small_sgd +
+                          " --kill-rank 0 --kill-step 20 --fail-timeout-ms 3000");
+  expect_sgd_trained(r, 4);
+  EXPECT_NE(r.out.find("[0] rank 0: killing myself at step 20"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[0] rank 0 restarted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[0] rank 0 rejoined at step"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("weights from rank 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[1] rank 1: regrouped at step"), std::string::npos) << r.out;
+  // Bit-identical to the weights of the same training without a failure.
+  const outcome plain = vessel_run(4, "data_parallel_sgd", small_sgd);
+  const std::regex hash{R"(weight hash ([0-9a-f]{16}))"};
+  std::smatch with_kill, without;
+  ASSERT_TRUE(std::regex_search(r.out, with_kill, hash)) << r.out;
+  ASSERT_TRUE(std::regex_search(plain.out, without, hash)) << plain.out;
+  EXPECT_EQ(with_kill[1].str(), without[1].str()) << r.out << plain.out;
 }
 
 TEST(examples, vessel_stats_prints_link_and_collective_tables_on_every_rank) {
