@@ -3,6 +3,9 @@
 // scripts/vessel-trace-merge. The merged file must hold
 // every rank as a named process, the same collectives (by sequence number) on every rank with
 // their algorithm, count and outcome, steps nested in each, and peers that are other ranks.
+// vessel::comm's own barrier and allreduce are traced too, on a track of their own: the
+// example's closing world.allreduce, and a program that uses only vessel::comm on 3 ranks
+// (comm_trace_rank: the third rank folds into the recursive doubling).
 // python3 reads the JSON (it is in scripts/setup-deps); the test skips where it is absent.
 
 #include <unistd.h>
@@ -49,7 +52,14 @@ ev = d["traceEvents"]
 names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
 assert names == {r: f"rank {r}" for r in range(ranks)}, names
 xs = [e for e in ev if e["ph"] == "X"]
-colls = [e for e in xs if e["cat"] == "collective"]
+colls = [e for e in xs if e["cat"] == "collective" and "communicator" in e["args"]]
+# The example's verdict (world.allreduce of vessel::comm), on its own track on every rank.
+comm = [e for e in xs if e["cat"] == "collective" and "communicator" not in e["args"]]
+assert sorted(e["pid"] for e in comm) == list(range(ranks)), comm
+for c in comm:
+    assert c["name"] == "allreduce recursive_doubling" and c["args"]["api"] == "vessel::comm", c
+    assert c["args"]["dtype"] == "int32" and c["args"]["outcome"] == "ok", c
+    assert c["tid"] not in {e["tid"] for e in colls}, c
 per_rank = {}
 for c in colls:
     a = c["args"]
@@ -124,6 +134,85 @@ TEST(trace, vessel_trace_on_four_ranks_merges_into_one_timeline_of_every_rank) {
   const outcome check = shell("python3 " + script.string() + " " + out.string() + " 4");
   EXPECT_EQ(check.status, 0) << check.out;
   EXPECT_NE(check.out.find("trace ok: 4 ranks"), std::string::npos) << check.out;
+  fs::remove_all(dir);
+}
+
+// What a program using only vessel::comm leaves: every rank's barrier and two allreduces, with
+// their rounds as steps whose peers are the partners of dissemination and recursive doubling.
+const char* check_comm = R"PY(
+import json, sys
+from decimal import Decimal
+d = json.load(open(sys.argv[1]), parse_float=Decimal)
+tol = Decimal("0.002")
+ranks = int(sys.argv[2])
+ev = d["traceEvents"]
+threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
+           if e["ph"] == "M" and e["name"] == "thread_name"}
+xs = [e for e in ev if e["ph"] == "X"]
+colls = [e for e in xs if e["cat"] == "collective"]
+seen = {}
+for c in colls:
+    a = c["args"]
+    assert a["api"] == "vessel::comm" and "communicator" not in a, c
+    assert a["outcome"] == "ok" and a["size"] == ranks and a["rank"] == c["pid"], c
+    assert threads[(c["pid"], c["tid"])] == "vessel::comm", threads
+    seen.setdefault(c["pid"], []).append((a["sequence"], c["name"], a["count"]))
+assert sorted(seen) == list(range(ranks)), seen
+want = [("barrier dissemination", 0), ("allreduce recursive_doubling", 1),
+        ("allreduce recursive_doubling", 300000)]
+for r in range(ranks):
+    got = sorted(seen[r])
+    assert [(n, k) for _, n, k in got] == want, (r, got)  # finalize's barrier is not traced
+    assert [s for s, _, _ in got] == [s for s, _, _ in sorted(seen[0])], (r, got)
+steps = [e for e in xs if e["cat"] == "step"]
+p2 = 1 << (ranks.bit_length() - 1)
+for c in colls:
+    r = c["pid"]
+    inside = [s for s in steps if s["pid"] == r and s["tid"] == c["tid"]
+              and c["ts"] <= s["ts"] and s["ts"] + s["dur"] <= c["ts"] + c["dur"] + tol]
+    assert inside, ("a collective without steps", c)
+    peers = set()
+    for s in inside:
+        peers |= set(s["args"]["to"]) | set(s["args"]["from"])
+    if c["args"]["operation"] == "barrier":
+        assert len(inside) == (ranks - 1).bit_length(), (c, inside)
+        rounds = range(len(inside))
+        want = {(r + (1 << k)) % ranks for k in rounds} | {(r - (1 << k)) % ranks for k in rounds}
+        assert peers == want, (r, peers)
+    elif r >= p2:  # folds into r - p2, gets the result back from it
+        assert peers == {r - p2}, (r, peers)
+    else:
+        assert {r ^ (1 << k) for k in range(p2.bit_length() - 1)} <= peers, (r, peers)
+    if c["args"]["count"] == 300000:
+        sent = sum(s["args"]["bytes_sent"] for s in inside)
+        assert sent >= 2400000 and sent == c["args"]["bytes_sent"], (c, sent)
+print(f"comm trace ok: {ranks} ranks, {len(colls)} collectives, {len(steps)} steps")
+)PY";
+
+TEST(trace, vessel_comm_barrier_and_allreduce_are_traced_for_every_rank) {
+  if (std::system("command -v python3 > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 is absent (scripts/setup-deps installs it)";
+  }
+  const fs::path dir =
+      fs::temp_directory_path() / ("vessel_trace_comm_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path out = dir / "out.json";
+  const outcome run = shell(std::string{"timeout 300 "} + clean_env + "VESSEL_TRACE=" +
+                            out.string() + " " + VESSEL_RUN_PATH + " --timeout 240 -n 3 " +
+                            COMM_TRACE_RANK_PATH);
+  ASSERT_EQ(run.status, 0) << run.out;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(run.out.find("OK rank " + std::to_string(r) + " comm_trace"), std::string::npos)
+        << run.out;
+  }
+  ASSERT_TRUE(fs::exists(out)) << run.out;
+  const fs::path script = dir / "check.py";
+  std::ofstream{script} << check_comm;
+  const outcome check = shell("python3 " + script.string() + " " + out.string() + " 3");
+  EXPECT_EQ(check.status, 0) << check.out;
+  EXPECT_NE(check.out.find("comm trace ok: 3 ranks, 9 collectives"), std::string::npos)
+      << check.out;
   fs::remove_all(dir);
 }
 
