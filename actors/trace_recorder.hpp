@@ -18,7 +18,7 @@
 // Cost: unset, a collective pays one null-pointer test per chunk. Set, a chunk costs a clock read
 // and a few additions into the collective's step records (reserved at its start); the events of
 // a finished collective are appended under a mutex into one buffer reserved at the first event.
-// The buffer is bounded (VESSEL_TRACE_MAX_EVENTS, default 65536 events of ~190 B: 12 MiB): once
+// The buffer is bounded (VESSEL_TRACE_MAX_EVENTS, default 65536 events of ~250 B: 16 MiB): once
 // full, whole collectives are dropped and counted, and the file says so
 // (otherData.dropped_events, and an instant event "trace truncated").
 //
