@@ -229,6 +229,7 @@ std::unique_ptr<coll::communicator> regroup(vessel::comm& world, training_state&
   }
   coll::communicator_options co;
   co.id = static_cast<std::uint32_t>(st.generation % coll::max_communicator_id);
+  co.retry_on_restart = false;  // this example rejoins through its own regroup
   auto made = coll::communicator::create(world.runtime(), co);
   if (!made) throw vessel::comm_error(made.error(), "communicator after regroup");
   return std::move(made.value());
@@ -286,7 +287,9 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(st.step),
                   static_cast<unsigned long long>(st.generation), st.weights_from);
     } else {
-      auto made = coll::communicator::create(world.runtime());
+      coll::communicator_options co;
+      co.retry_on_restart = false;  // a failed step regroups (file comment), it is not retried
+      auto made = coll::communicator::create(world.runtime(), co);
       if (!made) throw vessel::comm_error(made.error(), "communicator");
       c = std::move(made.value());
     }

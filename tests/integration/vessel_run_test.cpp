@@ -297,6 +297,17 @@ TEST_F(vessel_run_test, each_rank_is_told_the_store_is_served_for_it) {
   EXPECT_NE(o.out.find("[1] served=1\n"), std::string::npos) << o.out;
 }
 
+TEST_F(vessel_run_test, restart_n_tells_every_rank_that_restarts_can_happen) {
+  ::unsetenv("VESSEL_RESTARTS");  // the user's own value would win
+  auto o = run({"-n", "2", "--restart", "3", "sh", "-c", "echo restarts=${VESSEL_RESTARTS:-unset}"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("[0] restarts=3\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1] restarts=3\n"), std::string::npos) << o.out;
+  o = run({"-n", "1", "sh", "-c", "echo restarts=${VESSEL_RESTARTS:-unset}"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("[0] restarts=unset\n"), std::string::npos) << o.out;
+}
+
 TEST_F(vessel_run_test, timeout_stops_the_job) {
   auto o = run({"-n", "2", "--timeout", "0.3", "sleep", "60"});
   EXPECT_EQ(o.status, 124);

@@ -6,7 +6,8 @@
 // Options: --restart N (restart a rank that dies, up to N times, with exponential backoff),
 // --timeout S (stop the job after S seconds, exit 124), --grace S (TERM -> KILL delay, default 5).
 // Each rank gets VESSEL_RANK, VESSEL_WORLD_SIZE, VESSEL_LOCAL_RANK, VESSEL_INCARNATION,
-// VESSEL_STORE and VESSEL_TOKEN_FILE (a fresh token per job). vessel-run serves the store itself
+// VESSEL_STORE and VESSEL_TOKEN_FILE (a fresh token per job), and with --restart N
+// VESSEL_RESTARTS=N (collectives in flight are retried across a restart). vessel-run serves the store itself
 // (VESSEL_STORE_SERVED=1 tells rank 0 so), so that it outlives any rank: a restarted rank 0 finds
 // the job's keys and the survivors find its new address. Ranks in other network namespaces
 // (topology hosts with netns) cannot reach it: there rank 0 serves it on a free port, as before.
@@ -217,6 +218,10 @@ int main(int argc, char** argv) {
     // Always set: one inherited from an outer job must not stop rank 0 from serving this one.
     rank.env.emplace_back(store_served_env, served_store ? "1" : "0");
     rank.env.emplace_back("VESSEL_TOKEN_FILE", token.value().path());
+    // The world communicator retries a collective in flight across a restart only when told
+    // restarts can happen; a value the user set (0 to opt out) wins.
+    if (o.restart_max > 0 && std::getenv("VESSEL_RESTARTS") == nullptr)
+      rank.env.emplace_back("VESSEL_RESTARTS", std::to_string(o.restart_max));
   }
   const int status = run_job(job);
   served_store.reset();  // after the last rank: every goodbye went through it
