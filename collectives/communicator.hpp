@@ -47,7 +47,7 @@
 // Limits: the world communicator only (a restarted rank's split/dup children are not rebuilt); a
 // survivor that already finished the collective the others retry has moved on, so the records
 // disagree and the restarted rank's create() fails (errc::rejoin_mismatch), the survivors then
-// time out; rank 0 (which serves the store) cannot be restarted.
+// time out; a restart of rank 0 needs a store that outlives it (vessel-run's) and is untested.
 //
 // Flow: at most max_sends_in_flight chunk sends outstanding per collective (emit waits for the
 // oldest one beyond that; a send completes once the link accepted it) and receive_window
