@@ -6,145 +6,43 @@
 // environment plus VESSEL_INCARNATION=1, as vessel-run --restart does. Every step waits for an
 // event (an exit, a line), never for a time.
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "tests/integration/rank_launcher.hpp"
+#include "tests/integration/restart_job.hpp"
 
 namespace vessel::test {
 namespace {
 
-using namespace std::chrono_literals;
-
 constexpr int iterations = 6;
 constexpr int kill_at = 3;
-
-/// Three ranks of one scenario and the restarted rank 1: logs, pids, exit statuses.
-class restart_job {
- public:
-  explicit restart_job(std::string transport) : transport_{std::move(transport)} {
-    char dir_template[] = "/tmp/vessel-coll-restart-XXXXXX";
-    dir_ = ::mkdtemp(dir_template);
-    store_ = "127.0.0.1:" + std::to_string(free_loopback_port());
-  }
-  ~restart_job() {
-    for (auto& p : procs_) {
-      if (p.status == -1) {
-        ::kill(p.pid, SIGKILL);
-        ::waitpid(p.pid, nullptr, 0);
-      }
-      std::remove(p.log.c_str());
-    }
-    ::rmdir(dir_.c_str());
-  }
-
-  std::size_t start(int rank, int incarnation) {
-    proc p;
-    p.rank = rank;
-    p.log = dir_ + "/rank" + std::to_string(rank) + "-" + std::to_string(incarnation) + ".log";
-    p.pid = ::fork();
-    if (p.pid == 0) {
-      const int fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::setenv("VESSEL_RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("VESSEL_WORLD_SIZE", "3", 1);
-      ::setenv("VESSEL_STORE", store_.c_str(), 1);
-      ::setenv("VESSEL_TOKEN", test_token(), 1);
-      ::setenv("VESSEL_TRANSPORT", transport_.c_str(), 1);
-      ::setenv("VESSEL_INCARNATION", std::to_string(incarnation).c_str(), 1);
-      ::setenv("VESSEL_RESTARTS", "1", 1);
-      ::setenv("VESSEL_LOG", "warn,collectives=info", 1);
-      // The restart must land within the reconnect deadline, even on a loaded CI machine.
-      ::setenv("VESSEL_RECONNECT_TIMEOUT_MS", "120000", 1);
-      const std::string its = std::to_string(iterations), at = std::to_string(kill_at);
-      ::execl(COLL_RESTART_RANK_PATH, COLL_RESTART_RANK_PATH, its.c_str(), at.c_str(),
-              static_cast<char*>(nullptr));
-      std::perror("execl");
-      std::_Exit(127);
-    }
-    procs_.push_back(std::move(p));
-    return procs_.size() - 1;
-  }
-
-  std::string output(std::size_t i) const {
-    std::ifstream in{procs_[i].log};
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-
-  /// Waits for process `i` to exit (up to `limit`, then kills it); its exit status.
-  int finish(std::size_t i, std::chrono::seconds limit = 240s) {
-    const auto until = std::chrono::steady_clock::now() + limit;
-    while (!reap(i, false)) {
-      if (std::chrono::steady_clock::now() > until) {
-        ::kill(procs_[i].pid, SIGKILL);
-        reap(i, true);
-        break;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return procs_[i].status;
-  }
-
-  std::string all_output() const {
-    std::string s;
-    for (std::size_t i = 0; i < procs_.size(); ++i) {
-      s += "---- rank " + std::to_string(procs_[i].rank) + " (process " + std::to_string(i) +
-           "):\n" + output(i);
-    }
-    return s;
-  }
-
- private:
-  struct proc {
-    int rank = 0;
-    pid_t pid = -1;
-    std::string log;
-    int status = -1;  // -1: running
-  };
-
-  bool reap(std::size_t i, bool block) {
-    proc& p = procs_[i];
-    if (p.status != -1) return true;
-    int st = 0;
-    if (::waitpid(p.pid, &st, block ? 0 : WNOHANG) != p.pid) return false;
-    p.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return true;
-  }
-
-  std::string transport_;
-  std::string dir_;
-  std::string store_;
-  std::vector<proc> procs_;
-};
+constexpr std::chrono::seconds limit{240};  // per process, under ASan on a loaded machine
 
 void run_scenario(const std::string& transport) {
-  restart_job job{transport};
+  restart_job job{COLL_RESTART_RANK_PATH,
+                  {std::to_string(iterations), std::to_string(kill_at)},
+                  transport,
+                  {{"VESSEL_RESTARTS", "1"},
+                   {"VESSEL_LOG", "warn,collectives=info"},
+                   // The restart must land within the reconnect deadline, even on a loaded CI
+                   // machine.
+                   {"VESSEL_RECONNECT_TIMEOUT_MS", "120000"}}};
   std::vector<std::size_t> first;
   for (int r = 0; r < 3; ++r) first.push_back(job.start(r, 0));
   // Rank 1 kills itself inside iteration kill_at; the launcher's part is to notice and restart.
-  ASSERT_EQ(job.finish(first[1]), 128 + SIGKILL) << job.all_output();
+  ASSERT_EQ(job.finish(first[1], limit), 128 + SIGKILL) << job.all_output();
   ASSERT_NE(job.output(first[1]).find("rank 1 dies in iteration " + std::to_string(kill_at)),
             std::string::npos)
       << job.all_output();
   const std::size_t again = job.start(1, 1);
-  EXPECT_EQ(job.finish(again), 0) << job.all_output();
-  EXPECT_EQ(job.finish(first[0]), 0) << job.all_output();
-  EXPECT_EQ(job.finish(first[2]), 0) << job.all_output();
+  EXPECT_EQ(job.finish(again, limit), 0) << job.all_output();
+  EXPECT_EQ(job.finish(first[0], limit), 0) << job.all_output();
+  EXPECT_EQ(job.finish(first[2], limit), 0) << job.all_output();
 
   const std::string restarted = job.output(again);
   EXPECT_NE(
