@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+
+#include "actors/trace_recorder.hpp"
 
 namespace vessel::tools {
 namespace {
@@ -22,23 +25,14 @@ bool read_file(const std::string& path, std::string& text) {
 
 }  // namespace
 
-std::string trace_rank_path(std::string_view path, std::uint32_t rank) {
-  const std::string tag = ".rank" + std::to_string(rank);
-  const std::size_t slash = path.rfind('/');
-  const std::size_t dot = path.rfind('.');
-  const bool has_extension =
-      dot != std::string_view::npos && (slash == std::string_view::npos || dot > slash + 1);
-  if (!has_extension) return std::string{path} + tag + ".json";
-  return std::string{path.substr(0, dot)} + tag + std::string{path.substr(dot)};
-}
-
 bool merge_rank_traces(const std::string& path, std::uint32_t ranks, trace_merge_report& report) {
   std::string out{head};
   bool first = true;
   for (std::uint32_t r = 0; r < ranks; ++r) {
     std::string text;
-    const std::size_t end =
-        read_file(trace_rank_path(path, r), text) ? text.rfind(tail) : std::string::npos;
+    const std::size_t end = read_file(actors::trace_recorder::rank_path(path, r), text)
+                                ? text.rfind(tail)
+                                : std::string::npos;
     if (text.compare(0, head.size(), head) != 0 || end == std::string::npos || end < head.size()) {
       report.missing += (report.missing.empty() ? "" : ",") + std::to_string(r);
       continue;

@@ -7,14 +7,8 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 
 namespace vessel::tools {
-
-/// The file rank `rank` writes for VESSEL_TRACE=`path`: the rule of
-/// actors::trace_recorder::rank_path ("out.json" -> "out.rank2.json", "trace" ->
-/// "trace.rank2.json").
-std::string trace_rank_path(std::string_view path, std::uint32_t rank);
 
 struct trace_merge_report {
   std::uint32_t merged = 0;  ///< rank files joined
