@@ -4,10 +4,14 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -34,6 +38,31 @@ constexpr std::size_t header_bytes = sizeof(chunk_header);
 /// Chunks of one message in flight at once, each way: enough to keep the link busy while the
 /// next is copied, few enough to hold on the stack.
 constexpr std::size_t chunk_window = 8;
+
+/// A blocking send of at least this many bytes to another rank lends the caller's memory to the
+/// link instead of copying it into send blocks, and returns once the peer has acked every byte
+/// (the link then holds no handle to it). One pass over the bytes less (~100 us per MiB on our
+/// VMs, a quarter of the work of a 1 MiB message over shm) against a wait for the last ack; below
+/// one link fragment (256 KiB) the copy and the early return win (docs/io_performance.md).
+/// VESSEL_LEND_BYTES overrides it (0: never lend).
+constexpr std::size_t default_lend_threshold = std::size_t{256} << 10;
+
+std::size_t lend_threshold_from(const actors::env_view& env) {
+  const std::optional<std::string> v = env.get("VESSEL_LEND_BYTES");
+  if (!v) return default_lend_threshold;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0' || errno != 0 || v->front() == '-') {
+    throw comm_error{actors::comm_errc::not_initialized,
+                     "VESSEL_LEND_BYTES=" + *v + ": not a byte count (0 turns lending off)"};
+  }
+  return n == 0 ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(n);
+}
+
+/// In a first chunk's header offset: the message is lent (send_lent), so this chunk carries no
+/// data and the message's bytes follow as bare chunks of chunk_payload() bytes, in order.
+constexpr std::uint64_t lent_layout = std::uint64_t{1} << 63;
 
 std::string peer_name(std::uint32_t peer) {
   return peer == actors::any_source ? std::string{"any rank"} : "rank " + std::to_string(peer);
@@ -117,7 +146,10 @@ comm_timeout::comm_timeout(std::uint32_t self, std::uint32_t peer, std::uint64_t
 // -- the implementation ------------------------------------------------------------------------
 
 struct comm::impl {
+  // Before rt, so destroyed after it: the runtime's reactor may drop the last handle of a loan.
+  io::borrowed_memory lent{2 * chunk_window};
   std::unique_ptr<actors::runtime> rt;
+  std::size_t lend_threshold = default_lend_threshold;  // VESSEL_LEND_BYTES
   std::uint64_t collective_seq = 0;  // barrier/allreduce calls so far (same order on every rank)
   bool finalized = false;
   actors::trace_recorder* recorder = actors::trace_recorder::global();  // null: no VESSEL_TRACE
@@ -149,6 +181,9 @@ struct comm::impl {
     if (dst >= r.size()) {
       throw_failed(rank(), "send to", dst, tag, actors::comm_errc::source_out_of_range);
     }
+    // Not to ourselves: the loopback hands the sent handle itself to the receive, so the send
+    // would wait for a receive that comes after it.
+    if (data.size() >= lend_threshold && dst != rank()) return send_lent(data, dst, tag);
     std::array<p2p_request, chunk_window> slots;
     const std::size_t step = chunk_payload();
     std::size_t chunks = 0;
@@ -171,6 +206,56 @@ struct comm::impl {
       slots[i].wait();
       if (slots[i].error && !failed) failed = slots[i].error;
     }
+    if (failed) throw_failed(rank(), "send to", dst, tag, failed);
+  }
+
+  /// send() of a large message without copying it: a header chunk (flagged lent_layout), then
+  /// the caller's bytes lent to the link chunk by chunk (io::borrowed_memory). Returns only when
+  /// no handle to `data` is left: every byte acked by the peer, or dropped with a link gone down
+  /// (the caller may then reuse `data` at once, as after a copying send).
+  void send_lent(std::span<const std::byte> data, std::uint32_t dst, std::uint64_t tag) {
+    actors::runtime& r = *rt;
+    struct in_flight {
+      p2p_request request;
+      std::optional<std::uint32_t> slot;  // the loan of this chunk's bytes, until returned
+    };
+    std::array<in_flight, chunk_window> slots;
+    std::error_code failed;
+    // Waits for the chunk's hand-over, drops our reference and waits until the link has none.
+    auto settle = [&](in_flight& f) {
+      f.request.wait();
+      if (f.request.error && !failed) failed = f.request.error;
+      f.request.payload.reset();
+      if (f.slot) lent.wait_returned(*f.slot);
+      f.slot.reset();
+    };
+    {
+      io::buffer block = r.acquire_send_block(header_bytes);
+      const chunk_header h{data.size(), lent_layout};
+      std::memcpy(block.data(), &h, header_bytes);
+      p2p_request::make_send(slots[0].request, dst, tag, std::move(block).slice(0, header_bytes));
+      r.submit(slots[0].request);
+    }
+    std::size_t used = 1;  // slots[0] holds the header's send
+    const std::size_t step = chunk_payload();
+    auto* base = const_cast<std::byte*>(data.data());  // lent read-only: nobody writes it
+    for (std::size_t offset = 0; offset < data.size() && !failed;) {
+      in_flight& f = slots[used % chunk_window];
+      if (used >= chunk_window) settle(f);
+      if (failed) break;
+      const std::size_t n = std::min(step, data.size() - offset);
+      io::borrowed_memory::loan loan = lent.try_lend({base + offset, n});
+      while (!loan.handle) {  // every slot lent (other threads' sends): wait for one back
+        std::this_thread::sleep_for(std::chrono::microseconds{50});
+        loan = lent.try_lend({base + offset, n});
+      }
+      f.slot = loan.slot;
+      p2p_request::make_send(f.request, dst, tag, std::move(loan.handle).slice(0, n));
+      r.submit(f.request);
+      ++used;
+      offset += n;
+    }
+    for (std::size_t i = 0; i < std::min(used, chunk_window); ++i) settle(slots[i]);
     if (failed) throw_failed(rank(), "send to", dst, tag, failed);
   }
 
@@ -200,6 +285,7 @@ struct comm::impl {
     std::memcpy(&h, first.payload.data(), header_bytes);
     recv_status st{first.source, first.matched_tag, static_cast<std::size_t>(h.total),
                    first.message_id};
+    const bool lent_chunks = h.offset == lent_layout;
     size_known(st.bytes);
     std::size_t got = first.payload.size() - header_bytes;
     sink(0, first.payload.bytes().subspan(header_bytes));
@@ -208,6 +294,9 @@ struct comm::impl {
     // Post the remaining chunks' receives ahead, chunk_window at a time: they match in order.
     const std::size_t step = chunk_payload();
     const std::size_t remaining = st.bytes > got ? (st.bytes - got + step - 1) / step : 0;
+    if (lent_chunks && got != 0) {
+      throw_failed(rank(), "receive from", st.source, st.tag, actors::comm_errc::message_too_large);
+    }
     std::array<p2p_request, chunk_window> slots;
     std::size_t posted = 0;
     std::error_code failed;
@@ -223,10 +312,22 @@ struct comm::impl {
       s.wait();
       if (s.error) {
         if (!failed) failed = s.error;
+      } else if (!failed && lent_chunks) {
+        // Bare bytes, in order; a chunk that overruns the announced total is not ours to copy.
+        const std::size_t at = i * step;
+        if (s.payload.size() > st.bytes - std::min(at, st.bytes)) {
+          failed = actors::comm_errc::message_too_large;
+        } else {
+          sink(at, s.payload.bytes());
+        }
       } else if (!failed) {
-        chunk_header c;
-        std::memcpy(&c, s.payload.data(), header_bytes);
-        sink(static_cast<std::size_t>(c.offset), s.payload.bytes().subspan(header_bytes));
+        if (s.payload.size() < header_bytes) {
+          failed = actors::comm_errc::message_too_large;
+        } else {
+          chunk_header c;
+          std::memcpy(&c, s.payload.data(), header_bytes);
+          sink(static_cast<std::size_t>(c.offset), s.payload.bytes().subspan(header_bytes));
+        }
       }
       s.payload.reset();
       if (posted < remaining && !failed) post();
@@ -295,8 +396,8 @@ struct comm::impl {
 
   /// Starts the record of the collective just numbered (collective_seq); empty unless tracing.
   trace begin_trace(std::string_view operation, std::string_view algorithm,
-                    std::string_view element_type, std::string_view reduction,
-                    std::uint64_t count, std::uint64_t bytes, std::size_t steps) {
+                    std::string_view element_type, std::string_view reduction, std::uint64_t count,
+                    std::uint64_t bytes, std::size_t steps) {
     trace t;
     if (recorder == nullptr) return t;
     actors::trace_event h;
@@ -319,8 +420,8 @@ struct comm::impl {
 
   /// A message of `bytes` in step `step`, counted as the chunks send() cuts it into. A send is
   /// stamped when it started (`at`), a receive when it completed: the step spans the round.
-  void trace_message(trace& t, bool sent, std::uint32_t step, std::uint32_t peer,
-                     std::size_t bytes, std::int64_t at) {
+  void trace_message(trace& t, bool sent, std::uint32_t step, std::uint32_t peer, std::size_t bytes,
+                     std::int64_t at) {
     if (!t) return;
     const std::size_t most = chunk_payload();
     std::size_t left = bytes;
@@ -365,8 +466,8 @@ struct comm::impl {
     const std::uint64_t base = next_collective_tag();
     const auto deadline = deadline_after(timeout);
     const std::byte token{1};
-    trace t = traced_call ? begin_trace("barrier", "dissemination", {}, {}, 0, 0, ceil_log2(n))
-                          : trace{};
+    trace t =
+        traced_call ? begin_trace("barrier", "dissemination", {}, {}, 0, 0, ceil_log2(n)) : trace{};
     traced(t, [&] {
       for (std::uint32_t k = 0, dist = 1; dist < n; ++k, dist <<= 1) {
         const std::uint32_t to = (rank() + dist) % n;
@@ -383,10 +484,22 @@ struct comm::impl {
 
   void receive_until(std::span<std::byte> into, std::uint32_t from, std::uint64_t tag,
                      clock::time_point deadline, std::chrono::milliseconds timeout) {
+    receive_until(from, tag, deadline, timeout, copy_into(into));
+  }
+  void receive_until(std::uint32_t from, std::uint64_t tag, clock::time_point deadline,
+                     std::chrono::milliseconds timeout, const chunk_sink& sink) {
     p2p_request first;
     p2p_request::make_receive(first, from, tag);
     rt->submit(first);
-    receive_posted(first, into, deadline, timeout);
+    receive_posted(first, deadline, timeout, sink);
+  }
+
+  /// A sink that copies each chunk to its offset in `into` (what does not fit is dropped).
+  static chunk_sink copy_into(std::span<std::byte> into) {
+    return [into](std::size_t offset, std::span<const std::byte> bytes) {
+      const std::size_t n = std::min(bytes.size(), into.size() - std::min(offset, into.size()));
+      if (n > 0) std::memcpy(into.data() + offset, bytes.data(), n);
+    };
   }
 
   /// One round: sends `out` to `to` and receives into `into` from `from`. The receive is posted
@@ -395,6 +508,13 @@ struct comm::impl {
   void exchange(std::span<const std::byte> out, std::uint32_t to, std::span<std::byte> into,
                 std::uint32_t from, std::uint64_t tag, clock::time_point deadline,
                 std::chrono::milliseconds timeout) {
+    exchange(out, to, from, tag, deadline, timeout, copy_into(into));
+  }
+  /// exchange() that hands each received chunk to `sink`, which runs only once the send is
+  /// complete: the sink may overwrite `out`'s bytes.
+  void exchange(std::span<const std::byte> out, std::uint32_t to, std::uint32_t from,
+                std::uint64_t tag, clock::time_point deadline, std::chrono::milliseconds timeout,
+                const chunk_sink& sink) {
     p2p_request first;
     p2p_request::make_receive(first, from, tag);
     rt->submit(first);
@@ -405,34 +525,49 @@ struct comm::impl {
       first.wait();
       throw;
     }
-    receive_posted(first, into, deadline, timeout);
+    receive_posted(first, deadline, timeout, sink);
   }
 
-  /// Finishes a receive into `into` whose first chunk is already posted as `first`.
-  void receive_posted(p2p_request& first, std::span<std::byte> into, clock::time_point deadline,
-                      std::chrono::milliseconds timeout) {
+  /// Finishes a receive whose first chunk is already posted as `first`, chunk by chunk into
+  /// `sink`.
+  void receive_posted(p2p_request& first, clock::time_point deadline,
+                      std::chrono::milliseconds timeout, const chunk_sink& sink) {
     await_first(first, deadline, timeout);
     finish_receive(
-        first, [](std::size_t) {},
-        [&](std::size_t offset, std::span<const std::byte> bytes) {
-          const std::size_t n = std::min(bytes.size(), into.size() - std::min(offset, into.size()));
-          if (n > 0) std::memcpy(into.data() + offset, bytes.data(), n);
-        });
+        first, [](std::size_t) {}, sink);
   }
 
+  /// Reduces the elements [offset / sizeof(T), ...) of `acc` with the bytes of one received
+  /// chunk, straight from the pooled block it arrived in. Combines as (lower rank's value) op
+  /// (higher rank's value): both partners then compute the same expression, so every rank ends
+  /// with the same bits even for floating point.
   template <class T>
-  static void reduce(std::span<T> acc, std::span<const T> other, reduce_op op, bool acc_is_lower) {
-    // Combine as (lower rank's value) op (higher rank's value): both partners then compute the
-    // same expression, so every rank ends with the same bits even for floating point.
-    for (std::size_t i = 0; i < acc.size(); ++i) {
-      const T a = acc_is_lower ? acc[i] : other[i];
-      const T b = acc_is_lower ? other[i] : acc[i];
-      switch (op) {
-        case reduce_op::sum: acc[i] = a + b; break;
-        case reduce_op::prod: acc[i] = a * b; break;
-        case reduce_op::min: acc[i] = std::min(a, b); break;
-        case reduce_op::max: acc[i] = std::max(a, b); break;
-      }
+  static void reduce_chunk(std::span<T> acc, std::size_t offset, std::span<const std::byte> bytes,
+                           reduce_op op, bool acc_is_lower) {
+    const std::size_t first = offset / sizeof(T);
+    if (offset % sizeof(T) != 0 || first >= acc.size()) return;
+    const std::size_t n = std::min(bytes.size() / sizeof(T), acc.size() - first);
+    switch (op) {
+      case reduce_op::sum:
+        return combine_chunk(acc.data() + first, bytes.data(), n, acc_is_lower, std::plus<T>{});
+      case reduce_op::prod:
+        return combine_chunk(acc.data() + first, bytes.data(), n, acc_is_lower,
+                             std::multiplies<T>{});
+      case reduce_op::min:
+        return combine_chunk(acc.data() + first, bytes.data(), n, acc_is_lower,
+                             [](T a, T b) { return std::min(a, b); });
+      case reduce_op::max:
+        return combine_chunk(acc.data() + first, bytes.data(), n, acc_is_lower,
+                             [](T a, T b) { return std::max(a, b); });
+    }
+  }
+  template <class T, class Op>
+  static void combine_chunk(T* acc, const std::byte* other, std::size_t n, bool acc_is_lower,
+                            Op f) {
+    for (std::size_t i = 0; i < n; ++i) {
+      T o;
+      std::memcpy(&o, other + i * sizeof(T), sizeof(T));  // a chunk may sit at any alignment
+      acc[i] = acc_is_lower ? f(acc[i], o) : f(o, acc[i]);
     }
   }
 
@@ -454,8 +589,19 @@ struct comm::impl {
     }
     const auto deadline = deadline_after(timeout);
     const auto bytes = std::as_writable_bytes(data);
-    std::vector<T> other(data.size());
-    const auto other_bytes = std::as_writable_bytes(std::span<T>{other});
+    // The peer's chunks are reduced into `data` as they come, from the blocks they arrived in:
+    // no vector of the peer's data (fresh pages at every call of a large allreduce) and no pass
+    // copying into it. Chunks split at multiples of chunk_payload(), so elements stay whole.
+    if (chunk_payload() % sizeof(T) != 0) {
+      throw comm_error{actors::comm_errc::message_too_large,
+                       "rank " + std::to_string(me) + ": allreduce: chunks of " +
+                           std::to_string(chunk_payload()) + " bytes would split elements"};
+    }
+    auto reduce_from = [&](bool acc_is_lower) -> chunk_sink {
+      return [data, op, acc_is_lower](std::size_t offset, std::span<const std::byte> chunk) {
+        reduce_chunk<T>(data, offset, chunk, op, acc_is_lower);
+      };
+    };
 
     traced(t, [&] {
       // Fold: ranks past the largest power of two hand their data to a partner below it.
@@ -468,19 +614,18 @@ struct comm::impl {
         return;
       }
       if (me < extra) {
-        receive_until(other_bytes, me + p2, base | 0xff, deadline, timeout);
-        trace_received(t, 0, me + p2, other_bytes.size());
-        reduce<T>(data, other, op, true);
+        receive_until(me + p2, base | 0xff, deadline, timeout, reduce_from(true));
+        trace_received(t, 0, me + p2, bytes.size());
       }
       // Recursive doubling among the first p2 ranks.
       std::uint32_t round = 0;
       for (std::uint32_t mask = 1; mask < p2; mask <<= 1, ++round) {
         const std::uint32_t partner = me ^ mask;
         const std::int64_t at = trace_clock(t);
-        exchange(bytes, partner, other_bytes, partner, base | round, deadline, timeout);
+        exchange(bytes, partner, partner, base | round, deadline, timeout,
+                 reduce_from(me < partner));
         trace_sent(t, round + 1, partner, bytes.size(), at);
-        trace_received(t, round + 1, partner, other_bytes.size());
-        reduce<T>(data, other, op, me < partner);
+        trace_received(t, round + 1, partner, bytes.size());
       }
       if (me < extra) {
         const std::int64_t at = trace_clock(t);
@@ -583,9 +728,11 @@ comm comm::init() {
 }
 
 comm comm::init(const actors::env_view& env, actors::runtime_options options) {
+  const std::size_t lend_threshold = lend_threshold_from(env);
   auto started = actors::runtime::start(env, std::move(options));
   if (!started) throw comm_error{started.error().code, started.error().detail};
   auto p = std::make_unique<impl>();
+  p->lend_threshold = lend_threshold;
   p->rt = std::move(started).value();
   return comm{std::move(p)};
 }

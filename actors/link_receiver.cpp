@@ -46,10 +46,11 @@ result<receive_verdict> link_receiver::on_frame(const wire::frame_header& header
 
 std::optional<wire::ack_fields> link_receiver::poll_ack(link_time now) noexcept {
   if (unacked_frames_ == 0) return std::nullopt;
-  const bool due = unacked_frames_ >= config_.ack_every_frames ||
+  const bool due = ack_soon_ || unacked_frames_ >= config_.ack_every_frames ||
                    unacked_bytes_ >= config_.ack_every_bytes ||
                    now - first_unacked_at_ >= config_.ack_delay;
   if (!due) return std::nullopt;
+  ack_soon_ = false;
   unacked_frames_ = 0;
   unacked_bytes_ = 0;
   ++stats_.acks_sent;
@@ -75,6 +76,7 @@ result<std::optional<wire::credit_fields>> link_receiver::on_consumed(std::uint6
 }
 
 wire::credit_fields link_receiver::on_reconnect() noexcept {
+  ack_soon_ = false;
   unacked_frames_ = 0;
   unacked_bytes_ = 0;
   consumed_ungranted_ = 0;

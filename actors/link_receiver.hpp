@@ -67,6 +67,11 @@ class link_receiver {
   /// An ack to send now, if one is due (by count, bytes or delay); the owner sends it.
   std::optional<wire::ack_fields> poll_ack(link_time now) noexcept;
 
+  /// Makes the next poll_ack() answer at once, whatever the count, bytes and delay say: the owner
+  /// just completed a large message, whose sender may be waiting for that ack to return (a send
+  /// that lent its memory, comm's send_lent) rather than streaming more frames.
+  void ack_soon() noexcept { ack_soon_ = unacked_frames_ > 0; }
+
   /// When poll_ack() will next have an ack by delay (the owner arms a timer for it).
   std::optional<link_time> ack_deadline() const noexcept;
 
@@ -94,12 +99,13 @@ class link_receiver {
  private:
   link_receiver_config config_;
   std::uint64_t last_seq_ = 0;
-  std::uint64_t allowance_;           ///< window - held - bytes the peer has in flight
+  std::uint64_t allowance_;  ///< window - held - bytes the peer has in flight
   std::uint64_t held_ = 0;
   std::uint64_t consumed_ungranted_ = 0;
   std::uint32_t unacked_frames_ = 0;  ///< delivered since the last ack
   std::uint64_t unacked_bytes_ = 0;
-  link_time first_unacked_at_{};      ///< arrival of the oldest frame not yet acked
+  link_time first_unacked_at_{};  ///< arrival of the oldest frame not yet acked
+  bool ack_soon_ = false;         ///< ack_soon(): the next poll_ack() is due
   link_receiver_stats stats_;
 };
 

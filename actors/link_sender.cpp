@@ -135,6 +135,10 @@ result<void> link_sender::resume(std::uint64_t peer_last_seq_seen) {
   return outcome::success();
 }
 
+void link_sender::drop_payloads() noexcept {
+  for (outgoing_frame& f : ring_) f.payload.reset();
+}
+
 bool link_sender::writable(std::size_t payload_bytes) const noexcept {
   return queued_frames() + unacked_frames() < ring_.size() &&
          payload_bytes <= config_.max_buffered_bytes - buffered_bytes_;

@@ -54,12 +54,12 @@ enum class submit_outcome : std::uint8_t {
 
 /// Send-side counters (monotonic).
 struct link_sender_stats {
-  std::uint64_t frames_sent = 0;     ///< frames handed out, first transmissions and resends
-  std::uint64_t bytes_sent = 0;      ///< their payload bytes
-  std::uint64_t retransmits = 0;     ///< frames handed out again after a resume()
-  std::uint64_t credit_stalls = 0;   ///< times a frame had to wait for credit or window
-  std::uint64_t would_block = 0;     ///< submit() calls pushed back (queue bound reached)
-  std::uint64_t frames_acked = 0;    ///< frames released by acks (or by a resume)
+  std::uint64_t frames_sent = 0;    ///< frames handed out, first transmissions and resends
+  std::uint64_t bytes_sent = 0;     ///< their payload bytes
+  std::uint64_t retransmits = 0;    ///< frames handed out again after a resume()
+  std::uint64_t credit_stalls = 0;  ///< times a frame had to wait for credit or window
+  std::uint64_t would_block = 0;    ///< submit() calls pushed back (queue bound reached)
+  std::uint64_t frames_acked = 0;   ///< frames released by acks (or by a resume)
 };
 
 /// Sequence numbers, unacked window, credit and bounded queueing of one link direction.
@@ -94,6 +94,11 @@ class link_sender {
   /// sends one fresh grant after its hello (link_receiver::on_reconnect) and both sides agree
   /// again. link_resume_out_of_range if the seq is past what was sent or before what was acked.
   result<void> resume(std::uint64_t peer_last_seq_seen);
+
+  /// The link is down for good (this incarnation of the peer never resumes): releases every
+  /// payload still kept for a resend, so that memory lent to a send (io::borrowed_memory) goes
+  /// back to its lender now. Sequence state stays; a restarted peer gets a new sender.
+  void drop_payloads() noexcept;
 
   /// True when a frame of `payload_bytes` would be accepted by submit() now.
   bool writable(std::size_t payload_bytes) const noexcept;

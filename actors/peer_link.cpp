@@ -268,6 +268,10 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
     in_progress_charged_ += payload.size();
   }
   if (!reassembler_.complete()) return;
+  // A large message's sender may wait for its ack (a lent send, comm.cpp) instead of streaming
+  // on: ack it now (on_frame flushes), not after the delayed-ack timer. Small messages keep the
+  // coalescing; a large one is rare enough per byte that one more ack frame costs nothing.
+  if (data.total_len >= fragment_bytes_) receiver_.ack_soon();
   in_progress_charged_ = 0;
   delivered_unreleased_ += data.total_len;
   ++stats_.messages_received;
@@ -478,6 +482,9 @@ void peer_link::go_down(std::error_code why) {
   redial_timer_.reset();
   revived_ = false;
   stalled_.reset();
+  // Down is final for this incarnation: nothing kept for a resend ever goes, and a send that lent
+  // its memory (comm's send_lent) waits for these handles.
+  sender_.drop_payloads();
   // What waits for this peer will never go: release the app's blocks.
   while (queue_count_ > 0) {
     queue_[queue_head_].payload.reset();
@@ -588,6 +595,7 @@ void peer_link::close() {
   }
   if (timer_op_.in_flight()) owner_.reactor.cancel(timer_op_);
   stalled_.reset();
+  sender_.drop_payloads();  // nothing is resent after close: lent memory goes back
   while (queue_count_ > 0) {
     queue_[queue_head_].payload.reset();
     queue_head_ = (queue_head_ + 1) % queue_.size();

@@ -88,10 +88,24 @@ struct size_class {
   std::byte* region = nullptr;
   std::size_t mapped_bytes = 0;
   std::unique_ptr<block_ctl[]> blocks;
+  // borrowed_memory only: per block, lend_free / lend_out / lend_back. A returned block goes
+  // nowhere: its lender, waiting on this word, frees the slot.
+  std::unique_ptr<std::atomic<std::uint32_t>[]> lend_states;
 };
+
+constexpr std::uint32_t lend_free = 0;
+constexpr std::uint32_t lend_out = 1;
+constexpr std::uint32_t lend_back = 2;
 
 void return_block(block_ctl* ctl) noexcept {
   size_class& cls = *ctl->owner;
+  if (cls.lend_states) {
+    // release: the holders' last reads of the memory happen-before the lender reuses it.
+    std::atomic<std::uint32_t>& state = cls.lend_states[ctl->index];
+    state.store(lend_back, std::memory_order_release);
+    state.notify_all();
+    return;
+  }
   // Before the push, so that in_use never counts a block that is already back on the list (the
   // high-water mark then never exceeds block_count).
   cls.in_use.fetch_sub(1, std::memory_order_relaxed);
@@ -103,8 +117,7 @@ void return_block(block_ctl* ctl) noexcept {
 }
 
 void slice_out_of_range(std::size_t offset, std::size_t length, std::size_t size) noexcept {
-  std::fprintf(stderr,
-               "vessel::io: slice [%zu, +%zu) is outside a buffer of %zu bytes; aborting\n",
+  std::fprintf(stderr, "vessel::io: slice [%zu, +%zu) is outside a buffer of %zu bytes; aborting\n",
                offset, length, size);
   std::abort();
 }
@@ -189,8 +202,8 @@ buffer_pool::buffer_pool(const buffer_pool_config& config) {
       cls->head.store(detail::size_class::pack(0, 0), std::memory_order_relaxed);
 
       regions_.push_back(::iovec{region, bytes});
-      memory_bytes_ += mapped + sizeof(detail::block_ctl) * c.block_count +
-                       sizeof(detail::size_class);
+      memory_bytes_ +=
+          mapped + sizeof(detail::block_ctl) * c.block_count + sizeof(detail::size_class);
     }
   } catch (...) {
     for (auto& cls : classes_) ::munmap(cls->region, cls->mapped_bytes);
@@ -281,6 +294,65 @@ void buffer_pool::set_available_callback(available_callback callback) {
 void buffer_pool::notify_available(std::size_t class_index) noexcept {
   const std::lock_guard lock{callback_mutex_};
   if (callback_) callback_(class_index);
+}
+
+// -- borrowed_memory
+
+borrowed_memory::borrowed_memory(std::uint32_t slots)
+    : slots_{std::make_unique<detail::size_class>()} {
+  if (slots == 0 || slots == detail::size_class::nil) {
+    throw std::invalid_argument("borrowed_memory: slots must be in [1, 2^32 - 2]");
+  }
+  detail::size_class& cls = *slots_;
+  cls.block_count = slots;
+  cls.blocks = std::make_unique<detail::block_ctl[]>(slots);
+  cls.lend_states = std::make_unique<std::atomic<std::uint32_t>[]>(slots);
+  for (std::uint32_t i = 0; i < slots; ++i) {
+    cls.blocks[i].index = i;
+    cls.blocks[i].owner = &cls;
+    cls.lend_states[i].store(detail::lend_free, std::memory_order_relaxed);
+  }
+}
+
+borrowed_memory::~borrowed_memory() {
+  for (std::uint32_t i = 0; i < slots_->block_count; ++i) {
+    if (slots_->lend_states[i].load(std::memory_order_acquire) == detail::lend_out) {
+      std::fprintf(stderr,
+                   "vessel::io::borrowed_memory destroyed while a loan is out: its handles would "
+                   "outlive it; aborting\n");
+      std::abort();
+    }
+  }
+}
+
+borrowed_memory::loan borrowed_memory::try_lend(std::span<std::byte> memory) noexcept {
+  detail::size_class& cls = *slots_;
+  for (std::uint32_t i = 0; i < cls.block_count; ++i) {
+    std::uint32_t expected = detail::lend_free;
+    if (!cls.lend_states[i].compare_exchange_strong(
+            expected, detail::lend_out, std::memory_order_acquire, std::memory_order_relaxed)) {
+      continue;
+    }
+    detail::block_ctl& b = cls.blocks[i];
+    b.data = memory.data();
+    b.size = memory.size();
+    b.refs.store(1, std::memory_order_relaxed);
+    return loan{buffer_pool::adopt(&b), i};
+  }
+  return {};
+}
+
+void borrowed_memory::wait_returned(std::uint32_t slot) noexcept {
+  std::atomic<std::uint32_t>& state = slots_->lend_states[slot];
+  for (std::uint32_t s = state.load(std::memory_order_acquire); s == detail::lend_out;
+       s = state.load(std::memory_order_acquire)) {
+    state.wait(s, std::memory_order_acquire);
+  }
+  state.store(detail::lend_free, std::memory_order_release);
+}
+
+bool borrowed_memory::returned(std::uint32_t slot) const noexcept {
+  return slots_->lend_states[slot].load(std::memory_order_acquire) != detail::lend_out;
 }
 
 }  // namespace vessel::io

@@ -49,11 +49,11 @@ struct buffer_pool_config {
 struct size_class_stats {
   std::size_t block_size = 0;
   std::uint32_t block_count = 0;
-  std::uint64_t acquired = 0;   ///< successful try_acquire() calls
-  std::uint64_t released = 0;   ///< blocks returned (last handle dropped): acquired - in_use
-  std::uint64_t exhausted = 0;  ///< try_acquire() calls that found the class empty
-  std::uint32_t in_use = 0;     ///< blocks handed out and not yet returned
-  std::uint32_t high_water = 0; ///< the most blocks in use at once
+  std::uint64_t acquired = 0;    ///< successful try_acquire() calls
+  std::uint64_t released = 0;    ///< blocks returned (last handle dropped): acquired - in_use
+  std::uint64_t exhausted = 0;   ///< try_acquire() calls that found the class empty
+  std::uint32_t in_use = 0;      ///< blocks handed out and not yet returned
+  std::uint32_t high_water = 0;  ///< the most blocks in use at once
 };
 
 /// Fixed size classes of pooled, reference-counted buffers.
@@ -61,6 +61,8 @@ struct size_class_stats {
 /// Thread safety: try_acquire(), stats() and handle operations may be called from any thread.
 /// The pool must outlive every buffer it handed out: destroying it with blocks in use aborts.
 /// Neither acquiring nor releasing allocates or takes a lock.
+class borrowed_memory;
+
 class buffer_pool {
  public:
   /// Called with a class index when that class may have free blocks again, after a try_acquire()
@@ -109,7 +111,10 @@ class buffer_pool {
 
  private:
   friend void detail::return_block(detail::block_ctl* ctl) noexcept;
+  friend class borrowed_memory;
 
+  /// A handle adopting `ctl`, whose count is already 1 (buffer's constructor is ours only).
+  static buffer adopt(detail::block_ctl* ctl) noexcept { return buffer{ctl}; }
   void notify_available(std::size_t class_index) noexcept;
 
   std::vector<std::unique_ptr<detail::size_class>> classes_;
@@ -118,6 +123,42 @@ class buffer_pool {
 
   std::mutex callback_mutex_;  // taken only when an exhausted class gets a block back
   available_callback callback_;
+};
+
+/// Memory that is not a pool's, lent out as buffers so that a large payload is sent without a
+/// copy. The lender hands the handle to whoever sends it (the mesh keeps slices of it until the
+/// peer acks every fragment) and then calls wait_returned(): the caller may reuse or free its
+/// memory only after that, when no handle to it is left anywhere. A copy into a pool block costs a
+/// pass over the bytes (~100 us per MiB here, a quarter of a 1 MiB send over shm); this costs a
+/// wait for the last ack instead.
+///
+/// Thread safety: try_lend() and wait_returned() from any thread; handles as any buffer.
+/// Must outlive every handle it lent: destroying it with one out aborts.
+class borrowed_memory {
+ public:
+  /// One slot per loan that may be out at once; `slots` in [1, 2^32 - 2].
+  explicit borrowed_memory(std::uint32_t slots);
+  ~borrowed_memory();
+  borrowed_memory(const borrowed_memory&) = delete;
+  borrowed_memory& operator=(const borrowed_memory&) = delete;
+
+  /// A loan: the handle over the memory, and the slot wait_returned() takes.
+  struct loan {
+    buffer handle;  ///< empty when every slot is out
+    std::uint32_t slot = 0;
+  };
+  /// Lends `memory` (not copied: the handle's bytes are `memory`). Empty when every slot is out.
+  loan try_lend(std::span<std::byte> memory) noexcept;
+  /// Blocks until every handle of the loan in `slot` is gone, then frees the slot. Exactly once
+  /// per successful try_lend(), after the lender dropped its own handle.
+  void wait_returned(std::uint32_t slot) noexcept;
+  /// True when every handle of the loan in `slot` is gone (wait_returned() would not block).
+  bool returned(std::uint32_t slot) const noexcept;
+
+ private:
+  friend void detail::return_block(detail::block_ctl* ctl) noexcept;
+
+  std::unique_ptr<detail::size_class> slots_;
 };
 
 }  // namespace vessel::io

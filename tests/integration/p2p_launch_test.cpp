@@ -112,6 +112,27 @@ TEST_F(p2p_launch, tcp_connection_killed_from_outside_with_ss_delivers_each_mess
   std::printf("ss -K rounds that killed a connection: %d\n%s", kills, r.outputs[0].c_str());
 }
 
+TEST_F(p2p_launch, lent_large_messages_survive_connections_killed_mid_message) {
+  // 1 MiB sends lend the caller's buffer (comm.cpp, send_lent) and wait for the peer's acks,
+  // so a kill lands mostly inside a message: its fragments are resent from the lent memory
+  // after the reconnect, and the send returns only then. Each message arrives once, in order.
+  if (!ss_kill_available()) {
+    GTEST_SKIP() << "ss -K unavailable (needs iproute2 and CONFIG_INET_DIAG_DESTROY)";
+  }
+  launch_spec spec;
+  spec.program = P2P_RANKS_PATH;
+  spec.args = {"cut", "64", std::to_string(1 << 20), "0", "1"};
+  spec.ranks = 2;
+  spec.timeout = 120s;
+  int kills = 0;
+  launch_result r = launch_ranks(spec, [&](std::uint16_t store_port) {
+    ss_kill_until(store_port, "p2p/cut/done", 300ms, 200, kills);
+  });
+  expect_all_ok(r);
+  EXPECT_GT(kills, 0) << "ss -K never found the ranks' connection";
+  EXPECT_EQ(r.outputs[0].find("reconnects 0,"), std::string::npos) << r.outputs[0];
+}
+
 TEST_F(p2p_launch, sleeping_receiver_bounds_the_senders_memory) {
   // 1 GiB in 1 MiB messages towards a receiver that sleeps 3 s first (4 GiB with
   // VESSEL_LONG_TESTS=1). Bound on the sender's VmHWM: 400 MiB = send pool (~70 MiB of blocks) +

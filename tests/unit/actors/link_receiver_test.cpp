@@ -95,6 +95,20 @@ TEST(link_receiver, acks_are_coalesced_by_bytes) {
   EXPECT_EQ(a->cumulative_seq, 2u);
 }
 
+TEST(link_receiver, ack_soon_acks_at_once_and_only_what_is_unacked) {
+  link_receiver r{cfg(1u << 20, 1000)};
+  r.ack_soon();  // nothing unacked: no ack frame owed
+  ASSERT_TRUE(r.on_frame(seq_header(1, 100), 0ns));
+  EXPECT_FALSE(r.poll_ack(0ns)) << "coalescing as before";
+  ASSERT_TRUE(r.on_frame(seq_header(2, 100), 0ns));
+  r.ack_soon();  // a large message completed with frame 2
+  auto a = r.poll_ack(0ns);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->cumulative_seq, 2u);
+  ASSERT_TRUE(r.on_frame(seq_header(3, 100), 0ns));
+  EXPECT_FALSE(r.poll_ack(0ns)) << "ack_soon holds for one ack only";
+}
+
 TEST(link_receiver, a_lone_frame_is_acked_after_the_delay) {
   link_receiver r{cfg()};
   EXPECT_FALSE(r.ack_deadline());

@@ -36,6 +36,21 @@ TEST(link_sender, assigns_consecutive_seqs_from_one) {
   EXPECT_EQ(s.stats().bytes_sent, 500u);
 }
 
+TEST(link_sender, dropping_payloads_releases_every_kept_and_queued_buffer) {
+  io::buffer_pool pool{test::small_pool_config()};
+  link_sender s{cfg(100)};  // credit for one frame: the second stays queued
+  io::buffer_slice sent = payload(pool, 64, 1);
+  io::buffer_slice queued = payload(pool, 64, 2);
+  ASSERT_TRUE(s.submit(data_header(), sent));
+  ASSERT_NE(s.next_transmit(), nullptr);
+  ASSERT_EQ(s.submit(data_header(), queued).value(), submit_outcome::queued);
+  EXPECT_EQ(sent.owner().use_count(), 2u);
+  EXPECT_EQ(queued.owner().use_count(), 2u);
+  s.drop_payloads();  // the link went down for good: nothing is ever resent
+  EXPECT_EQ(sent.owner().use_count(), 1u);
+  EXPECT_EQ(queued.owner().use_count(), 1u);
+}
+
 TEST(link_sender, keeps_unacked_payload_without_copy_until_cumulative_ack) {
   io::buffer_pool pool{test::small_pool_config()};
   link_sender s{cfg(1u << 20)};

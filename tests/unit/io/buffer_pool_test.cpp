@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -193,9 +195,8 @@ TEST(buffer_pool, available_callback_fires_once_when_an_exhausted_class_gets_a_b
   y = pool.try_acquire(65536);
   EXPECT_FALSE(pool.try_acquire(65536));
   buffer taken;
-  pool.set_available_callback([&](std::size_t class_index) {
-    taken = pool.try_acquire(pool.block_size(class_index));
-  });
+  pool.set_available_callback(
+      [&](std::size_t class_index) { taken = pool.try_acquire(pool.block_size(class_index)); });
   y.reset();
   EXPECT_TRUE(taken);
   taken.reset();
@@ -331,8 +332,7 @@ TEST(buffer_pool, bad_config_is_rejected_at_construction) {
   EXPECT_THROW(buffer_pool{buffer_pool_config{}}, std::invalid_argument);
   EXPECT_THROW(buffer_pool(buffer_pool_config{{{100, 4}}, true}), std::invalid_argument);
   EXPECT_THROW(buffer_pool(buffer_pool_config{{{128, 0}}, true}), std::invalid_argument);
-  EXPECT_THROW(buffer_pool(buffer_pool_config{{{128, 4}, {128, 8}}, true}),
-               std::invalid_argument);
+  EXPECT_THROW(buffer_pool(buffer_pool_config{{{128, 4}, {128, 8}}, true}), std::invalid_argument);
 }
 
 TEST(buffer_pool, default_config_states_its_memory_bound) {
@@ -344,6 +344,88 @@ TEST(buffer_pool, default_config_states_its_memory_bound) {
   buffer_pool pool{buffer_pool_config{config.classes, false}};
   EXPECT_GE(pool.memory_bytes(), payload);
   EXPECT_LT(pool.memory_bytes(), payload + (std::size_t{1} << 20));
+}
+
+// -- borrowed_memory: a send lends the caller's bytes instead of copying them
+
+TEST(borrowed_memory, a_loan_views_the_lenders_bytes_without_copying_them) {
+  borrowed_memory lent{2};
+  std::vector<std::byte> mine(1000, std::byte{7});
+  borrowed_memory::loan loan = lent.try_lend(mine);
+  ASSERT_TRUE(loan.handle);
+  EXPECT_EQ(loan.handle.data(), mine.data());
+  EXPECT_EQ(loan.handle.size(), mine.size());
+  buffer_slice tail = loan.handle.slice(990, 10);
+  EXPECT_EQ(tail.data(), mine.data() + 990);
+  EXPECT_FALSE(lent.returned(loan.slot));
+  loan.handle.reset();
+  EXPECT_FALSE(lent.returned(loan.slot)) << "a slice still holds the memory";
+  tail.reset();
+  EXPECT_TRUE(lent.returned(loan.slot));
+  lent.wait_returned(loan.slot);  // returns at once
+}
+
+TEST(borrowed_memory, slots_bound_the_loans_out_and_come_back_after_wait_returned) {
+  borrowed_memory lent{2};
+  std::byte a[64], b[64], c[64];
+  borrowed_memory::loan la = lent.try_lend(a);
+  borrowed_memory::loan lb = lent.try_lend(b);
+  ASSERT_TRUE(la.handle);
+  ASSERT_TRUE(lb.handle);
+  EXPECT_NE(la.slot, lb.slot);
+  EXPECT_FALSE(lent.try_lend(c).handle) << "both slots are out";
+  la.handle.reset();
+  EXPECT_FALSE(lent.try_lend(c).handle) << "returned, but not yet collected by its lender";
+  lent.wait_returned(la.slot);
+  borrowed_memory::loan lc = lent.try_lend(c);
+  ASSERT_TRUE(lc.handle);
+  EXPECT_EQ(lc.handle.data(), c);
+  lb.handle.reset();
+  lc.handle.reset();
+  lent.wait_returned(lb.slot);
+  lent.wait_returned(lc.slot);
+}
+
+TEST(borrowed_memory, the_lender_waits_until_the_last_handle_on_another_thread_is_gone) {
+  borrowed_memory lent{1};
+  std::vector<std::byte> mine(4096, std::byte{1});
+  borrowed_memory::loan loan = lent.try_lend(mine);
+  ASSERT_TRUE(loan.handle);
+  std::atomic<bool> reader_done{false};
+  std::atomic<std::uint32_t> sum{0};
+  // The "link": reads the lent bytes on its own thread, then drops its handle.
+  std::thread link{
+      [slice = std::move(loan.handle).slice(0, mine.size()), &reader_done, &sum]() mutable {
+        std::this_thread::sleep_for(std::chrono::milliseconds{20});
+        std::uint32_t s = 0;
+        for (std::byte x : slice.bytes()) s += std::to_integer<std::uint32_t>(x);
+        sum.store(s, std::memory_order_relaxed);
+        reader_done.store(true, std::memory_order_relaxed);
+        slice.reset();
+      }};
+  lent.wait_returned(loan.slot);
+  // The reader is done with the bytes, so the lender may write them (TSan checks the order).
+  EXPECT_TRUE(reader_done.load(std::memory_order_relaxed));
+  std::fill(mine.begin(), mine.end(), std::byte{0});
+  link.join();
+  EXPECT_EQ(sum.load(), 4096u);
+}
+
+TEST(borrowed_memory, zero_slots_are_rejected) {
+  EXPECT_THROW(borrowed_memory{0}, std::invalid_argument);
+}
+
+TEST(buffer_pool_death, destroying_borrowed_memory_with_a_loan_out_aborts) {
+  EXPECT_DEATH(
+      {
+        std::byte b[64];
+        buffer kept;
+        {
+          borrowed_memory lent{1};
+          kept = lent.try_lend(b).handle;
+        }
+      },
+      "loan is out");
 }
 
 TEST(buffer_pool_death, destroying_the_pool_with_buffers_in_use_aborts_with_a_message) {
