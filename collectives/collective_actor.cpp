@@ -18,7 +18,8 @@ namespace {
 
 // Shared with the functor that answers them when the incarnation ends (the state is gone by
 // then).
-using pending_map = std::unordered_map<std::uint64_t, caf::typed_response_promise<collective_result>>;
+using pending_map =
+    std::unordered_map<std::uint64_t, caf::typed_response_promise<collective_result>>;
 
 struct collective_state {
   std::shared_ptr<collective_driver> driver;
@@ -38,10 +39,10 @@ collective_impl_actor::behavior_type collective_impl(self_ptr self,
   self->state.pending = std::make_shared<pending_map>();
   self->attach_functor([pending = self->state.pending](const caf::error& reason) {
     for (auto& [id, promise] : *pending) {
-      promise.deliver(actors::to_caf_error(
-          actors::actor_errc::node_stopped,
-          "the collective actor ended (" + actors::describe(reason) +
-              ") before its collective completed"));
+      promise.deliver(actors::to_caf_error(actors::actor_errc::node_stopped,
+                                           "the collective actor ended (" +
+                                               actors::describe(reason) +
+                                               ") before its collective completed"));
     }
     pending->clear();
   });

@@ -81,7 +81,8 @@ void collective_driver::submit(collective_call call, completion done) {
   }
   if (done) {
     done(collective_outcome{make_error_code(actors::actor_errc::node_stopped),
-                            "the collective driver is stopping", {}});
+                            "the collective driver is stopping",
+                            {}});
     return;
   }
   wake_.notify_all();
@@ -163,7 +164,8 @@ void collective_driver::run() {
     for (job& j : arrived) {
       if (stop) {
         j.done(collective_outcome{make_error_code(actors::actor_errc::node_stopped),
-                                  "the collective driver is stopping", {}});
+                                  "the collective driver is stopping",
+                                  {}});
         std::lock_guard lock{mutex_};
         ++stats_.failed;
         continue;

@@ -132,10 +132,10 @@ class collective_driver {
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<job> queued_;  // guarded by mutex_
-  bool stopping_ = false;   // guarded by mutex_
-  bool nudging_ = false;    // guarded by mutex_: the driver is inside a forced wait()
-  bool driver_done_ = false;  // guarded by mutex_: the driver thread has returned
+  std::deque<job> queued_;         // guarded by mutex_
+  bool stopping_ = false;          // guarded by mutex_
+  bool nudging_ = false;           // guarded by mutex_: the driver is inside a forced wait()
+  bool driver_done_ = false;       // guarded by mutex_: the driver thread has returned
   collective_driver_stats stats_;  // guarded by mutex_
 
   std::list<job> in_flight_;  // driver thread only

@@ -11,8 +11,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <caf/actor_cast.hpp>
@@ -175,7 +175,8 @@ TEST(collective_actor_test, many_requests_in_flight_are_each_answered_with_their
   std::vector<handle_t> sent;
   for (int i = 0; i < requests; ++i) {
     const auto op = i % 3 == 0 ? collective_op::allgather : collective_op::allreduce;
-    sent.push_back(self->request(handle, 30s, coll_atom::value, call_of(op, int32s(i * 1000, 1 + i))));
+    sent.push_back(
+        self->request(handle, 30s, coll_atom::value, call_of(op, int32s(i * 1000, 1 + i))));
   }
   int answered = 0;
   for (int i = requests - 1; i >= 0; --i) {  // read in reverse: matching, not ordering
@@ -184,7 +185,9 @@ TEST(collective_actor_test, many_requests_in_flight_are_each_answered_with_their
           EXPECT_EQ(r.output, int32s(i * 1000, 1 + i)) << "request " << i;
           ++answered;
         },
-        [&](caf::error& e) { ADD_FAILURE() << "request " << i << ": " << vessel::actors::describe(e); });
+        [&](caf::error& e) {
+          ADD_FAILURE() << "request " << i << ": " << vessel::actors::describe(e);
+        });
   }
   EXPECT_EQ(answered, requests);
   collective_actor_stats st;
