@@ -5,12 +5,14 @@
 //   coll_actor_rank rankdeath  the last rank dies for good after a barrier; the survivors'
 //                              allreduce is answered with errc::rank_failed naming it, and the
 //                              actor keeps serving (a later barrier: the same error, at once)
+//   coll_actor_rank latency    8-byte allreduce medians, blocking and through the actor
 // The actor runs under a node's root supervisor (the node here is only the CAF side: a world of
 // one; the ranks talk through vessel::comm's runtime). Prints "OK rank <r> coll_actor <mode>".
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -157,6 +159,45 @@ int serve(vessel::comm& world, communicator& comm) {
   return 0;
 }
 
+// 8-byte allreduces one after another: blocking calls, then requests to the actor (each sent
+// once the previous answer came). Prints the medians; no assertion on them (a loaded machine).
+int latency(vessel::comm& world, communicator& comm) {
+  constexpr int calls = 200;
+  const collective_call c = make_call(collective_op::allreduce, int32s(comm.rank(), 2, 0), 0);
+  auto median_us = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> blocking_us, actor_us;
+  for (int i = 0; i < calls; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)blocking(comm, c);
+    blocking_us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  auto driver = std::make_shared<collective_driver>(comm, world.runtime());
+  vessel::node node{actor_node()};
+  auto spawned = node.spawn_supervised(collective_actor_child("collectives", driver));
+  if (!spawned) return 1;
+  const auto coll = caf::actor_cast<collective_actor>(spawned.value());
+  {
+    caf::scoped_actor self{node.system()};
+    for (int i = 0; i < calls; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      self->request(coll, 60s, coll_atom::value, c)
+          .receive([](collective_result&) {},
+                   [&](caf::error& e) { check(false, vessel::actors::describe(e)); });
+      actor_us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  std::printf("rank %u: 8 B allreduce median: blocking %.1f us, through the actor %.1f us\n",
+              comm.rank(), median_us(blocking_us), median_us(actor_us));
+  node.stop();
+  driver.reset();
+  return 0;
+}
+
 int rankdeath(vessel::comm& world, communicator& comm) {
   const std::uint32_t rank = comm.rank(), victim = comm.size() - 1;
   auto driver = std::make_shared<collective_driver>(comm, world.runtime());
@@ -196,6 +237,11 @@ int rankdeath(vessel::comm& world, communicator& comm) {
   const caf::error b = ask(std::move(later), "later barrier");
   check(vessel::actors::from_caf_error(b) == make_error_code(errc::rank_failed),
         "later barrier: want rank_failed");
+  const collective_driver_stats ds = driver->stats();
+  std::printf("rank %u: driver started %llu, failed %llu, forced waits %llu\n", rank,
+              static_cast<unsigned long long>(ds.started),
+              static_cast<unsigned long long>(ds.failed),
+              static_cast<unsigned long long>(ds.forced));
   self.reset();
   node.stop();
   driver.reset();
@@ -218,6 +264,7 @@ int main(int argc, char** argv) {
     int rc = 1;
     if (mode == "serve") rc = serve(world, *made.value());
     if (mode == "rankdeath") rc = rankdeath(world, *made.value());
+    if (mode == "latency") rc = latency(world, *made.value());
     made.value().reset();
     if (mode == "rankdeath") {
       world.abort();  // finalize() would wait in a barrier for the dead rank

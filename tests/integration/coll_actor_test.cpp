@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 
 #include "tests/integration/rank_launcher.hpp"
@@ -64,6 +65,14 @@ TEST(CollectiveActorOverRanks, DeadRankIsAnsweredWithRankFailedAndTheActorKeepsS
     EXPECT_NE(r.outputs[i].find("allreduce: vessel.collectives"), std::string::npos)
         << r.outputs[i];
   }
+  std::printf("%s", r.outputs[0].c_str());
+}
+
+TEST(CollectiveActorOverRanks, LatencyOfSmallAllreducesBlockingAndThroughTheActor) {
+  // A measurement, printed: the actor's answers must all come (no timing assertion).
+  const launch_result r = launch_ranks(actor_spec(2, "latency"));
+  expect_ok(r, 2, "latency");
+  std::printf("%s%s", r.outputs[0].c_str(), r.outputs[1].c_str());
 }
 
 }  // namespace
