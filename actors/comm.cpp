@@ -41,11 +41,11 @@ constexpr std::size_t chunk_window = 8;
 
 /// A blocking send of at least this many bytes to another rank lends the caller's memory to the
 /// link instead of copying it into send blocks, and returns once the peer has acked every byte
-/// (the link then holds no handle to it). One pass over the bytes less (~100 us per MiB on our
-/// VMs, a quarter of the work of a 1 MiB message over shm) against a wait for the last ack; below
-/// one link fragment (256 KiB) the copy and the early return win (docs/io_performance.md).
-/// VESSEL_LEND_BYTES overrides it (0: never lend).
-constexpr std::size_t default_lend_threshold = std::size_t{256} << 10;
+/// (the link then holds no handle to it): one pass over the bytes less (~100 us per MiB on our
+/// VMs) against a wait for the last ack, which the next message no longer overlaps. Measured over
+/// shm (docs/io_performance.md, "Large messages"): 1.6x at 2 MiB, 1.5x at 16 MiB, even at 1 MiB;
+/// so lend from 2 MiB on. VESSEL_LEND_BYTES overrides it (0: never lend).
+constexpr std::size_t default_lend_threshold = std::size_t{2} << 20;
 
 std::size_t lend_threshold_from(const actors::env_view& env) {
   const std::optional<std::string> v = env.get("VESSEL_LEND_BYTES");
@@ -61,7 +61,8 @@ std::size_t lend_threshold_from(const actors::env_view& env) {
 }
 
 /// In a first chunk's header offset: the message is lent (send_lent), so this chunk carries no
-/// data and the message's bytes follow as bare chunks of chunk_payload() bytes, in order.
+/// data and the message's bytes follow as bare chunks, in order, of the size in the offset's low
+/// bits (the sender's chunk_payload(): the receiver's may differ when the ranks' pools do).
 constexpr std::uint64_t lent_layout = std::uint64_t{1} << 63;
 
 std::string peer_name(std::uint32_t peer) {
@@ -231,7 +232,7 @@ struct comm::impl {
     };
     {
       io::buffer block = r.acquire_send_block(header_bytes);
-      const chunk_header h{data.size(), lent_layout};
+      const chunk_header h{data.size(), lent_layout | chunk_payload()};
       std::memcpy(block.data(), &h, header_bytes);
       p2p_request::make_send(slots[0].request, dst, tag, std::move(block).slice(0, header_bytes));
       r.submit(slots[0].request);
@@ -285,18 +286,19 @@ struct comm::impl {
     std::memcpy(&h, first.payload.data(), header_bytes);
     recv_status st{first.source, first.matched_tag, static_cast<std::size_t>(h.total),
                    first.message_id};
-    const bool lent_chunks = h.offset == lent_layout;
-    size_known(st.bytes);
+    const bool lent_chunks = (h.offset & lent_layout) != 0;
+    const std::size_t lent_step = static_cast<std::size_t>(h.offset & ~lent_layout);
     std::size_t got = first.payload.size() - header_bytes;
+    if (lent_chunks && (got != 0 || lent_step == 0)) {
+      throw_failed(rank(), "receive from", st.source, st.tag, actors::comm_errc::message_too_large);
+    }
+    size_known(st.bytes);
     sink(0, first.payload.bytes().subspan(header_bytes));
     first.payload.reset();
 
     // Post the remaining chunks' receives ahead, chunk_window at a time: they match in order.
-    const std::size_t step = chunk_payload();
+    const std::size_t step = lent_chunks ? lent_step : chunk_payload();
     const std::size_t remaining = st.bytes > got ? (st.bytes - got + step - 1) / step : 0;
-    if (lent_chunks && got != 0) {
-      throw_failed(rank(), "receive from", st.source, st.tag, actors::comm_errc::message_too_large);
-    }
     std::array<p2p_request, chunk_window> slots;
     std::size_t posted = 0;
     std::error_code failed;

@@ -113,15 +113,17 @@ TEST_F(p2p_launch, tcp_connection_killed_from_outside_with_ss_delivers_each_mess
 }
 
 TEST_F(p2p_launch, lent_large_messages_survive_connections_killed_mid_message) {
-  // 1 MiB sends lend the caller's buffer (comm.cpp, send_lent) and wait for the peer's acks,
-  // so a kill lands mostly inside a message: its fragments are resent from the lent memory
-  // after the reconnect, and the send returns only then. Each message arrives once, in order.
+  // 1 MiB sends (lent from 256 KiB here) lend the caller's buffer (comm.cpp, send_lent) and wait
+  // for the peer's acks, so a kill lands mostly inside a message: its fragments are resent from
+  // the lent memory after the reconnect, and the send returns only then. Each message arrives
+  // once, in order.
   if (!ss_kill_available()) {
     GTEST_SKIP() << "ss -K unavailable (needs iproute2 and CONFIG_INET_DIAG_DESTROY)";
   }
   launch_spec spec;
   spec.program = P2P_RANKS_PATH;
   spec.args = {"cut", "64", std::to_string(1 << 20), "0", "1"};
+  spec.extra_env = {{"VESSEL_LEND_BYTES", std::to_string(256 << 10)}};  // lend these 1 MiB sends
   spec.ranks = 2;
   spec.timeout = 120s;
   int kills = 0;
