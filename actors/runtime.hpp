@@ -60,8 +60,10 @@ class p2p_request {
   p2p_request& operator=(const p2p_request&) = delete;
 
   /// True once the runtime finished with the request (acquire: its results are visible).
-  bool done() const noexcept { return state_.load(std::memory_order_acquire) != 0; }
-  /// Waits until done(): spins briefly (a reply is often microseconds away), then sleeps.
+  bool done() const noexcept { return state_.load(std::memory_order_acquire) == 1; }
+  /// Waits until done(). With caller-driven progress (runtime_options::caller_progress) the
+  /// waiting thread runs the reactor's loop itself for up to runtime_options::caller_spin, then
+  /// sleeps; otherwise it spins briefly (a reply is often microseconds away), then sleeps.
   void wait() const noexcept;
   /// As wait(), up to `deadline`; false if still not done.
   bool wait_until(std::chrono::steady_clock::time_point deadline) const noexcept;
@@ -87,10 +89,13 @@ class p2p_request {
   friend class runtime;
   void complete(std::error_code ec) noexcept;
 
-  std::atomic<std::uint32_t> state_{0};        // 0 in flight, 1 done; a futex word
+  // 0 in flight, 1 done, 2 in flight with a sleeper: a futex word, woken only when 2 (a wake
+  // is a syscall, and a caller that drives the loop completes its own requests).
+  mutable std::atomic<std::uint32_t> state_{0};
   std::atomic<std::uint32_t> cancel_seen_{0};  // set by the reactor once it ran a cancel
   bool signal_events_ = false;
   runtime* events_owner_ = nullptr;  // whose events() to signal, set by submit()
+  runtime* runtime_ = nullptr;       // who runs us (set by submit): wait() may drive its loop
   // Reactor thread only.
   receive_id receive_ = 0;
   p2p_request* prev_ = nullptr;  // pending receives, for failing those of a peer gone down
@@ -115,6 +120,13 @@ struct runtime_options {
   /// The mesh, less what bootstrap fills in (ranks, token, incarnation).
   mesh_config mesh{};
   io::reactor_config reactor{};
+  /// A thread that waits for a request (or for events()) runs the reactor's loop itself instead
+  /// of sleeping until the reactor thread wakes it: no thread hand-off on the way of a reply
+  /// (VESSEL_PROGRESS=caller, the default; =thread turns it off). Sets reactor.lendable.
+  bool caller_progress = true;
+  /// How long such a waiter drives the loop before it gives it back and sleeps (a long wait must
+  /// not burn a core: ranks of a job often outnumber cores). VESSEL_PROGRESS_SPIN_US.
+  std::chrono::microseconds caller_spin{200};
 
   /// Defaults for a rank: the mesh's receive pool gets a 4 MiB class (the largest message), not
   /// pre-faulted, since eight ranks of a test share one small machine; 64 MiB unexpected bound.
@@ -148,6 +160,12 @@ class runtime : private mesh_observer, private credit_sink {
 
   /// Any thread. Hands `r` to the reactor (batched). `r` must stay alive until r.done().
   void submit(p2p_request& r) noexcept;
+  /// Any thread but the reactor's. Caller-driven progress for a wait on something other than a
+  /// request (a lent buffer coming back): runs the loop here until `done(ctx)`, the
+  /// caller_spin budget or `deadline`; false when the loop could not be borrowed. The caller
+  /// then waits as it would have anyway.
+  bool drive(bool (*done)(const void* ctx), const void* ctx,
+             std::chrono::steady_clock::time_point deadline) noexcept;
   /// Any thread. Cancels the receive `r` (a timeout) and returns once the reactor has dealt with
   /// it, so that no reference to `r` is left behind; r.done() then holds, with
   /// comm_errc::receive_cancelled, or with the message if one matched first.
@@ -218,6 +236,12 @@ class runtime : private mesh_observer, private credit_sink {
   void fail_everything(std::error_code ec);
   template <class F>
   auto on_reactor(F&& fn) -> decltype(fn());
+  /// Caller-driven progress: runs the reactor's loop on this thread until `done()` holds, the
+  /// caller_spin budget or `deadline` runs out, or the reactor stops. False when the loop could
+  /// not be borrowed (not lendable, or another thread drives it): the caller then sleeps as
+  /// usual and the driver's turns complete its request.
+  template <class Done>
+  bool drive_until(Done&& done, std::chrono::steady_clock::time_point deadline) noexcept;
 
   runtime_options options_;
   launch_info launch_;

@@ -4,8 +4,14 @@
 #include <cerrno>
 #include <system_error>
 
+#include <linux/futex.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <thread>
 
 #include "io/log.hpp"
 
@@ -25,6 +31,27 @@ constexpr auto forever = std::chrono::nanoseconds::max();
 // idea: spin while work keeps coming, park when it stops).
 constexpr unsigned fruitless_spin_limit = 4;
 
+void do_nothing(void*) noexcept {}
+
+std::int64_t steady_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void futex_wait_for(std::atomic<std::uint32_t>* word, std::uint32_t seen,
+                    std::chrono::nanoseconds timeout) noexcept {
+  timespec ts{static_cast<time_t>(timeout.count() / 1'000'000'000),
+              static_cast<long>(timeout.count() % 1'000'000'000)};
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, seen, &ts,
+            nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<std::uint32_t>* word) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+            nullptr, 0);
+}
+
 void run_function(void* ctx) noexcept {
   auto* fn = static_cast<std::function<void()>*>(ctx);
   (*fn)();
@@ -37,7 +64,9 @@ std::string reactor_config::to_string() const {
   return "queue_depth=" + std::to_string(queue_depth) + " own_thread=" + (own_thread ? "1" : "0") +
          " post_capacity=" + std::to_string(post_capacity) +
          " zero_copy_threshold=" + std::to_string(zero_copy_threshold) +
-         " busy_poll_ns=" + std::to_string(busy_poll.count()) + " allowed={" + allowed.to_string() +
+         " busy_poll_ns=" + std::to_string(busy_poll.count()) +
+         " lendable=" + (lendable ? "1" : "0") +
+         " lend_linger_us=" + std::to_string(lend_linger.count()) + " allowed={" + allowed.to_string() +
          "}";
 }
 
@@ -81,7 +110,11 @@ void reactor::thread_main(std::promise<std::error_code>* ready) {
   auto opened = open_ring();  // in this thread: SINGLE_ISSUER binds the ring to its first submitter
   ready->set_value(opened ? std::error_code{} : opened.error());
   if (opened) {
-    while (!finished_.load(std::memory_order_relaxed)) turn(forever);
+    if (config_.lendable) {
+      lent_loop();
+    } else {
+      while (!finished_.load(std::memory_order_relaxed)) turn(forever);
+    }
   }
   owner_.store(std::thread::id{}, std::memory_order_release);
 }
@@ -98,10 +131,14 @@ result<void> reactor::open_ring() {
   // it, 0.74 without, 0.70 before this change: inside the noise of that machine, not a proven
   // gain. Kept: it removes task_work interrupts of the reactor (the recv runs inside its wait)
   // and is what the io_uring authors recommend for a single-threaded ring.
+  // A lendable ring is entered by borrowers too (no SINGLE_ISSUER, hence no DEFER_TASKRUN), and
+  // the task work of ops the reactor thread armed must wake it while it is parked on a futex
+  // (COOP_TASKRUN would leave that work, and the completion a borrower polls for, pending).
+  const bool single = config_.allowed.single_issuer && !config_.lendable;
   unsigned flags = IORING_SETUP_TASKRUN_FLAG;
-  if (config_.allowed.single_issuer) flags |= IORING_SETUP_SINGLE_ISSUER;
-  if (config_.allowed.coop_taskrun) flags |= IORING_SETUP_COOP_TASKRUN;
-  if (config_.allowed.single_issuer && config_.allowed.defer_taskrun) {
+  if (single) flags |= IORING_SETUP_SINGLE_ISSUER;
+  if (config_.allowed.coop_taskrun && !config_.lendable) flags |= IORING_SETUP_COOP_TASKRUN;
+  if (single && config_.allowed.defer_taskrun) {
     flags |= IORING_SETUP_DEFER_TASKRUN;
   }
   // TASKRUN_FLAG is refused without one of the two.
@@ -259,9 +296,15 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
     batch.swap(refused_);
     for (auto* op : batch) op->complete(-ECANCELED, 0);
   }
-  // No clock read on a turn without timers (the usual hot loop of a link).
-  if (!stopping_ && timers_.size() != 0) timers_.run_due(clock::now());
-  if (!stopping_ && stop_requested_.load(std::memory_order_acquire)) begin_stopping();
+  // No clock read on a turn without timers (the usual hot loop of a link), and on only one in
+  // 64 turns of a borrower, who spins through turns (a clock read costs ~40 ns here, a turn
+  // without work less: the timers of a link are heartbeats and watchdogs, not latency).
+  if (!stopping_ && timers_.size() != 0 && (!lent_ || (++lent_turns_ & 63) == 0)) {
+    timers_.run_due(clock::now());
+  }
+  // Stopping (cancelling everything, closing the ring) is the reactor thread's: a borrower gives
+  // the loop back as soon as it sees stop_requested().
+  if (!stopping_ && !lent_ && stop_requested_.load(std::memory_order_acquire)) begin_stopping();
   if (stopping_) {
     if (in_flight_ == 0 && refused_.empty() && local_.empty()) {
       if (run_posted() == 0 && refused_.empty() && in_flight_ == 0) {
@@ -272,14 +315,17 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
     }
     if (clock::now() - last_cancel_ >= cancel_retry) cancel_all();
     max_wait = std::min<std::chrono::nanoseconds>(max_wait, cancel_retry);
-  } else if (timers_.size() == 0) {
-    // nothing bounds the wait
+  } else if (timers_.size() == 0 || max_wait <= std::chrono::nanoseconds::zero()) {
+    // nothing bounds the wait, or there is none
   } else if (auto deadline = timers_.next_deadline()) {
     const auto until = *deadline - clock::now();
     max_wait = std::min<std::chrono::nanoseconds>(max_wait, std::max(until, clock::duration::zero()));
   }
 
-  bool sleep = local_.empty() && refused_.empty() && max_wait > std::chrono::nanoseconds::zero();
+  // A borrower's request (lend_requests_) arrives with a post; when this turn already ran that
+  // post, the request must still keep us awake, or the borrower waits for our next wake-up.
+  bool sleep = local_.empty() && refused_.empty() && max_wait > std::chrono::nanoseconds::zero() &&
+               lend_requests_.load(std::memory_order_acquire) == 0;
   if (sleep && spin_ && !stopping_ && max_wait >= config_.busy_poll) {
     io_uring_submit(&ring_);  // what this turn armed goes out before we watch for its answers
     if (spin_for_work(config_.busy_poll)) sleep = false;
@@ -298,6 +344,7 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
     io_uring_submit(&ring_);
   }
   reap();
+  if (lent_) run_pollers();
 }
 
 bool reactor::work_waiting() noexcept {
@@ -384,11 +431,131 @@ void reactor::reap() {
   }
 }
 
+// -- Lending the loop -------------------------------------------------------------------------
+//
+// holder_ names who runs turns: the reactor thread, one borrower, or nobody (the reactor thread is
+// parked after lending). Every change of holder goes through it with acquire (take) / release
+// (let go), so whatever one holder did to the loop's state happens-before the next one's turns.
+// The reactor thread lets go when a borrower asks (lend_requests_, then a post that ends its
+// wait), and takes the loop back once no borrower held it for lend_linger.
+
+void reactor::lent_loop() {
+  while (!finished_.load(std::memory_order_relaxed)) {
+    if (lend_requests_.load(std::memory_order_acquire) != 0 &&
+        !stop_requested_.load(std::memory_order_acquire)) {
+      park_while_lent();
+      continue;
+    }
+    turn(forever);
+  }
+}
+
+void reactor::park_while_lent() {
+  owner_.store(std::thread::id{}, std::memory_order_release);
+  holder_.store(loop_free, std::memory_order_release);
+  const auto linger = std::chrono::duration_cast<std::chrono::nanoseconds>(config_.lend_linger);
+  for (;;) {
+    const auto seen = park_word_.load(std::memory_order_acquire);
+    std::chrono::nanoseconds nap = linger;
+    if (holder_.load(std::memory_order_acquire) == loop_free &&
+        lend_requests_.load(std::memory_order_acquire) == 0) {
+      const auto idle = std::chrono::nanoseconds{
+          steady_ns() - returned_at_ns_.load(std::memory_order_acquire)};
+      const bool stop = stop_requested_.load(std::memory_order_acquire);
+      if (stop || idle >= linger) {
+        std::uint32_t expected = loop_free;
+        if (holder_.compare_exchange_strong(expected, loop_reactor, std::memory_order_acquire)) {
+          break;
+        }
+        continue;  // a borrower just took it
+      }
+      nap = linger - idle;
+    } else if (stop_requested_.load(std::memory_order_acquire)) {
+      nap = std::chrono::microseconds{100};  // the borrower gives back as soon as it notices
+    }
+    futex_wait_for(&park_word_, seen, nap);
+  }
+  owner_.store(std::this_thread::get_id(), std::memory_order_release);
+  // Back on the reactor thread: pollers return to their sleep protocols (an shm receiver arms
+  // its "sleeping" flag again) before this thread blocks in the kernel.
+  run_pollers();
+}
+
+bool reactor::borrow() noexcept {
+  if (!config_.lendable || !config_.own_thread || is_reactor_thread() ||
+      !lending_allowed_.load(std::memory_order_acquire)) {
+    return false;
+  }
+  if (stop_requested_.load(std::memory_order_acquire)) return false;
+  std::uint32_t expected = loop_free;
+  if (!holder_.compare_exchange_strong(expected, loop_borrower, std::memory_order_acquire)) {
+    if (expected == loop_borrower) return false;  // another caller drives: it completes ours too
+    // The reactor thread holds the loop: ask, and end its wait with a post (whose protocol
+    // never loses a wake-up), then wait for it to let go.
+    lend_requests_.fetch_add(1, std::memory_order_acq_rel);
+    if (!post(work_item{&do_nothing, nullptr})) {
+      lend_requests_.fetch_sub(1, std::memory_order_acq_rel);
+      return false;
+    }
+    for (unsigned i = 0;; ++i) {
+      expected = loop_free;
+      if (holder_.compare_exchange_weak(expected, loop_borrower, std::memory_order_acquire)) break;
+      if (expected == loop_borrower || stop_requested_.load(std::memory_order_acquire)) {
+        lend_requests_.fetch_sub(1, std::memory_order_acq_rel);
+        return false;
+      }
+      if ((i & 63) == 63) {
+        std::this_thread::yield();
+      } else {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+    }
+    lend_requests_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  owner_.store(std::this_thread::get_id(), std::memory_order_release);
+  lent_ = true;
+  return true;
+}
+
+void reactor::borrowed_turn() {
+  assert(lent_ && is_reactor_thread());
+  turn(std::chrono::nanoseconds::zero());
+}
+
+void reactor::give_back(bool linger) noexcept {
+  assert(lent_ && is_reactor_thread());
+  lent_ = false;
+  owner_.store(std::thread::id{}, std::memory_order_release);
+  returned_at_ns_.store(linger ? steady_ns() : 0, std::memory_order_release);
+  holder_.store(loop_free, std::memory_order_release);
+  if (!linger) {
+    park_word_.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&park_word_);
+  }
+}
+
+void reactor::add_poller(loop_poller& p) { pollers_.push_back(&p); }
+
+void reactor::remove_poller(loop_poller& p) noexcept {
+  pollers_.erase(std::remove(pollers_.begin(), pollers_.end(), &p), pollers_.end());
+}
+
+void reactor::run_pollers() noexcept {
+  // By index: a poller's work may add or remove pollers (a transport that closes).
+  for (std::size_t i = 0; i < pollers_.size(); ++i) pollers_[i]->poll();
+}
+
 // -- Shutdown ----------------------------------------------------------------------------------
 
 void reactor::stop() noexcept {
   stop_requested_.store(true, std::memory_order_release);
   wake();  // unconditional: the reactor may sleep with no producer around to see its bit
+  if (config_.lendable) {
+    park_word_.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&park_word_);
+  }
   if (config_.own_thread && !is_reactor_thread()) {
     std::lock_guard lock{join_mutex_};  // two threads may stop at once; only one may join
     if (thread_.joinable()) thread_.join();

@@ -44,6 +44,15 @@ struct reactor_config {
   /// a few spins in a row that found nothing the reactor blocks at once, until a blocking wait
   /// again ends within this window; an idle reactor therefore never burns a core. 0: never.
   std::chrono::nanoseconds busy_poll{0};
+  /// Other threads may borrow the loop (borrow()/give_back(): "caller-driven progress"). Needs
+  /// own_thread; the ring is then set up without SINGLE_ISSUER, DEFER_TASKRUN and COOP_TASKRUN,
+  /// since a borrower submits too and the parked reactor thread must still run its task work.
+  bool lendable = false;
+  /// After a borrower gives the loop back, the reactor thread stays parked this long before it
+  /// takes the loop again, so that a caller that comes back within it (the next send of a
+  /// ping-pong, the next round of a collective) finds the loop free without a hand-off. Work
+  /// that nobody else drives waits at most about twice this.
+  std::chrono::microseconds lend_linger{1000};
 
   std::string to_string() const;
 };
@@ -61,6 +70,17 @@ enum class zero_copy : std::uint8_t {
 struct work_item {
   void (*fn)(void* ctx) noexcept;
   void* ctx;
+};
+
+/// Memory the kernel does not signal (an shm ring), polled on every turn of a borrowed loop, and
+/// once when the reactor thread takes the loop back (so that the owner can return to its
+/// eventfd sleep protocol). Registered by its owner on the loop's thread.
+class loop_poller {
+ public:
+  virtual void poll() noexcept = 0;
+
+ protected:
+  ~loop_poller() = default;
 };
 
 /// An io_uring event loop. Thread-safe: post(), dispatch(), stop(), is_reactor_thread(). Everything
@@ -99,8 +119,37 @@ class reactor {
   /// Runs `fn` inline when called on the reactor thread, else posts it.
   bool dispatch(std::function<void()> fn);
 
-  /// True on the thread that runs the loop.
+  /// True on the thread that runs the loop (the reactor thread, or a borrower while it holds it).
   bool is_reactor_thread() const noexcept;
+
+  // -- Caller-driven progress (reactor_config::lendable). MPI gets its latency by never handing
+  // -- off: a thread that waits for a reply runs the loop itself instead of sleeping until the
+  // -- reactor thread wakes it (a hand-off costs 10-56 us here, DESIGN.md "Where the time goes").
+  /// Makes the calling thread the loop's owner: is_reactor_thread() holds for it until
+  /// give_back(). Takes the loop from the reactor thread if that one holds it (waking it if it
+  /// sleeps: the only hand-off, and rare while a caller keeps coming back within lend_linger).
+  /// False, at once, when the reactor is not lendable, is stopping, or another borrower holds
+  /// the loop (the caller then waits as it would without borrowing).
+  bool borrow() noexcept;
+  /// One turn of a borrowed loop without blocking: posted work, due timers, submissions,
+  /// completions, pollers. Borrower only.
+  void borrowed_turn();
+  /// Ends a borrow. `linger`: the reactor thread stays parked for lend_linger (the caller will
+  /// likely be back soon); false: it takes the loop at once (the caller is about to sleep).
+  void give_back(bool linger = true) noexcept;
+  /// Turns lending on or off (any thread; lendable reactors only). A transport whose
+  /// completions need the reactor thread (TCP: task work) gains nothing from a borrower.
+  void allow_lending(bool on) noexcept { lending_allowed_.store(on, std::memory_order_release); }
+  bool lending_allowed() const noexcept {
+    return config_.lendable && lending_allowed_.load(std::memory_order_acquire);
+  }
+  /// True while a borrower drives the loop (loop owner only).
+  bool lent() const noexcept { return lent_; }
+  /// True once stop() was called (any thread).
+  bool stop_requested() const noexcept { return stop_requested_.load(std::memory_order_acquire); }
+  /// Registers / removes a poller (loop owner only; remove before the poller dies).
+  void add_poller(loop_poller& p);
+  void remove_poller(loop_poller& p) noexcept;
   /// The paths in use: probed & config.allowed. Valid after start().
   const uring_features& features() const noexcept { return features_; }
   /// The configuration this reactor was built with.
@@ -172,6 +221,9 @@ class reactor {
   bool refuse_if_stopping(io_op& op);
   void arm_wake();
   void turn(std::chrono::nanoseconds max_wait);
+  void lent_loop();        // the reactor thread's loop when lendable
+  void park_while_lent();  // the reactor thread, between giving the loop away and taking it back
+  void run_pollers() noexcept;
   bool spin_for_work(std::chrono::nanoseconds budget);
   void wait(std::chrono::nanoseconds max_wait);
   std::size_t run_posted();
@@ -199,6 +251,19 @@ class reactor {
   std::atomic<std::thread::id> owner_{};
   std::thread thread_;
   std::mutex join_mutex_;
+
+  // Lending. holder_ says who runs turns: the acquire/release pairs on it order everything one
+  // holder did before the next one starts. lend_requests_: borrowers waiting for the reactor
+  // thread to let go. park_word_: the parked reactor thread's futex, bumped by stop().
+  enum holder : std::uint32_t { loop_free = 0, loop_reactor = 1, loop_borrower = 2 };
+  alignas(64) std::atomic<std::uint32_t> holder_{loop_reactor};
+  std::atomic<std::uint32_t> lend_requests_{0};
+  std::atomic<std::int64_t> returned_at_ns_{0};  // steady_clock of the last give_back(linger)
+  std::atomic<std::uint32_t> park_word_{0};
+  std::atomic<bool> lending_allowed_{true};
+  bool lent_ = false;                 // loop owner only
+  unsigned lent_turns_ = 0;           // borrowed turns, to space out their timer checks
+  std::vector<loop_poller*> pollers_;  // loop owner only
 
   // Adaptive busy-poll (config_.busy_poll): consecutive spins that found nothing; at the limit
   // spinning is off until a blocking wait proves short again.

@@ -104,6 +104,7 @@ shm_transport::~shm_transport() {
 void shm_transport::start() {
   if (state_ != state::idle) return;
   state_ = state::open;
+  reactor_.add_poller(*this);
   arm_wake();
   reactor_.poll_add(peer_op_, channel_.socket.get(), POLLIN | POLLRDHUP);
   arm_watchdog();
@@ -340,6 +341,7 @@ void shm_transport::receive_loop() {
     delivered += drain(drain_batch - delivered);
     if (state_ != state::open) break;
     check_writable();
+    if (reactor_.lent()) break;  // the borrower polls us on its next turn (poll())
     // A busy link (ping-pong keeps the spin succeeding) must not keep the reactor to itself.
     if (delivered >= drain_batch) {
       // Possibly more: let the reactor's other work run first, then continue.
@@ -357,6 +359,21 @@ void shm_transport::receive_loop() {
     if (try_sleep()) break;
   }
   in_receive_ = false;
+}
+
+void shm_transport::poll() noexcept {
+  if (state_ != state::open || in_receive_ || continuation_pending_) return;
+  if (!reactor_.lent()) {
+    receive_loop();  // the reactor thread is back: drain, then spin or sleep as usual
+    return;
+  }
+  if (sleeping_) {
+    // Polled from now on: the peer need not write our eventfd (a syscall per frame). A wake-up
+    // already on its way only completes the READ once more (on_wake).
+    sleeping_ = false;
+    rx_ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
+  }
+  if (rx_ring_.refresh() != 0 || (want_writable_ && has_room())) receive_loop();
 }
 
 // Bounded spin on an empty ring. The budget halves after each spin that found nothing, so an idle
@@ -532,6 +549,7 @@ void shm_transport::close() noexcept {
 
 void shm_transport::begin_close(std::error_code why) {
   state_ = state::closing;
+  reactor_.remove_poller(*this);
   close_reason_ = why;
   // Tell the peer it was an orderly end before it sees EOF; shutdown() makes the EOF immediate
   // even where another process still holds a copy of our socket (fork).

@@ -18,6 +18,10 @@
 //   errc::connection_closed when the peer had closed in order first).
 // - Backpressure: a full ring or area refuses send() with errc::send_queue_full; the receiver,
 //   seeing the sender's "waiting" flag after it frees room, wakes it, and on_writable() follows.
+// - Caller-driven progress: while a thread borrows the reactor (reactor::borrow()), the receiver
+//   neither spins nor sleeps: the borrower polls the ring on each of its turns, and the
+//   "sleeping" flag stays clear, so the peer's sends make no syscall at all. The reactor thread,
+//   taking the loop back, polls once more and the receiver returns to the protocol above.
 
 #include <chrono>
 #include <cstddef>
@@ -46,7 +50,7 @@ struct shm_stats {
 };
 
 /// A transport over a shared-memory channel. Reactor thread only, except construction.
-class shm_transport final : public transport {
+class shm_transport final : public transport, private loop_poller {
  public:
   /// Takes over `channel` (any thread); nothing happens until start().
   shm_transport(reactor& r, shm_channel channel, transport_handler& handler,
@@ -90,6 +94,8 @@ class shm_transport final : public transport {
   };
 
   static void continue_receive(void* self) noexcept;
+  // loop_poller: a borrowed loop (reactor_config::lendable) looks at the ring on every turn.
+  void poll() noexcept override;
 
   void arm_wake();
   void on_wake(int res);
