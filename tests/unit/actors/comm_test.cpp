@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/comm.hpp"
+#include "actors/runtime.hpp"
 
 namespace vessel {
 namespace {
@@ -197,3 +198,37 @@ TEST_F(comm_test, finalize_is_idempotent_and_later_calls_throw) {
 
 }  // namespace
 }  // namespace vessel
+
+namespace vessel::actors {
+namespace {
+
+TEST(runtime_progress_options, vessel_progress_selects_who_drives_and_refuses_anything_else) {
+  runtime_options o = runtime_options::defaults();
+  EXPECT_TRUE(o.caller_progress) << "caller-driven progress is the default";
+  ASSERT_TRUE(o.apply_env(env_view::from_map({{"VESSEL_PROGRESS", "thread"},
+                                              {"VESSEL_PROGRESS_SPIN_US", "50"}})));
+  EXPECT_FALSE(o.caller_progress);
+  EXPECT_EQ(o.caller_spin, std::chrono::microseconds{50});
+  ASSERT_TRUE(o.apply_env(env_view::from_map({{"VESSEL_PROGRESS", "caller"}})));
+  EXPECT_TRUE(o.caller_progress);
+  auto bad = o.apply_env(env_view::from_map({{"VESSEL_PROGRESS", "sometimes"}}));
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().detail.find("VESSEL_PROGRESS"), std::string::npos) << bad.error().detail;
+  EXPECT_FALSE(o.apply_env(env_view::from_map({{"VESSEL_PROGRESS_SPIN_US", "-3"}})));
+}
+
+TEST(runtime_progress_options, both_modes_deliver_messages_to_self_and_time_out_a_receive) {
+  for (const char* mode : {"caller", "thread"}) {
+    comm c = comm::init(env_view::from_map({{"VESSEL_PROGRESS", mode}}));
+    const std::vector<std::byte> data(100, std::byte{7});
+    c.send(data, 0, 5);
+    std::vector<std::byte> got(100);
+    const auto st = c.recv(got, 0, 5, std::chrono::seconds{10});
+    EXPECT_EQ(st.bytes, 100u) << mode;
+    EXPECT_EQ(got, data) << mode;
+    EXPECT_THROW(c.recv(got, 0, 6, std::chrono::milliseconds{20}), comm_timeout) << mode;
+  }
+}
+
+}  // namespace
+}  // namespace vessel::actors
