@@ -31,6 +31,7 @@
 #include "collectives/communicator.hpp"
 #include "collectives/errc.hpp"
 #include "collectives/operation.hpp"
+#include "tests/unit/collectives/blocking_collective.hpp"
 
 namespace {
 
@@ -73,22 +74,7 @@ bytes blocking(communicator& comm, const collective_call& c) {
     return {};
   }
   bytes out(n.value());
-  call_options o;
-  o.root = c.root;
-  vessel::result<void> r = vessel::outcome::success();
-  switch (c.op) {
-    case collective_op::barrier: r = comm.barrier(o); break;
-    case collective_op::broadcast: r = comm.broadcast(c.input, out, c.type, o); break;
-    case collective_op::reduce: r = comm.reduce(c.input, out, c.type, c.reduction, o); break;
-    case collective_op::allreduce: r = comm.allreduce(c.input, out, c.type, c.reduction, o); break;
-    case collective_op::allgather: r = comm.allgather(c.input, out, c.type, o); break;
-    case collective_op::reduce_scatter:
-      r = comm.reduce_scatter(c.input, out, c.type, c.reduction, o);
-      break;
-    case collective_op::gather: r = comm.gather(c.input, out, c.type, o); break;
-    case collective_op::scatter: r = comm.scatter(c.input, out, c.type, o); break;
-    case collective_op::alltoall: r = comm.alltoall(c.input, out, c.type, o); break;
-  }
+  const vessel::result<void> r = test_support::run_blocking(comm, c, out);
   check(r.has_value(), std::string{"blocking "} + std::string{to_string(c.op)});
   return out;
 }
