@@ -135,7 +135,8 @@ TEST(CollectivesOverRanks, LinkKilledFromOutsideWithSsCompletesWithoutError) {
 }
 
 TEST(CollectivesOverRanks, DeadRankFailsEverySurvivorNamingItThenShrink) {
-  // Case 3: rank 3 of 4 SIGKILLs itself inside an allreduce and stays dead. Each survivor's
+  // Case 3: rank 3 of 4 SIGKILLs itself inside an allreduce and stays dead (the survivors start
+  // theirs once its process is gone, so it cannot finish its part first). Each survivor's
   // allreduce fails with errc::rank_failed naming world rank 3 once the link is down (reconnect
   // deadline 1.5 s here, far below the collective's 120 s timeout); shrink() then gives the
   // three survivors a communicator whose allreduce is right.

@@ -19,8 +19,9 @@
 //                      allreduce is in progress, several times: every result right, no error
 //   coll_ranks sscut   allreduces until rank 0 saw its link to rank 1 reconnect (the test kills
 //                      the sockets with ss -K until rank 0 sets the store key coll/cut/done)
-//   coll_ranks rankdeath  the last rank SIGKILLs itself inside an allreduce: the survivors get
-//                      errc::rank_failed naming it, shrink() and allreduce on the rest
+//   coll_ranks rankdeath  the last rank SIGKILLs itself inside an allreduce, the others start
+//                      theirs once it is gone: they get errc::rank_failed naming it, shrink()
+//                      and allreduce on the rest
 //
 // Values: integers are small (exact sums in every order); floats are non-integers checked
 // against a float64 reference within |ref| * eps * world + eps (eps: 2^-20 for float32, 2^-45
@@ -301,6 +302,25 @@ void expect_true(checker& ck, bool ok, const std::string& what) {
 }
 
 /// split/dup, then collectives on three communicators in flight at once.
+// Whether process `pid` has exited (gone, or a zombie its launcher has not reaped yet) within
+// `limit`.
+bool wait_until_gone(const std::string& pid, std::chrono::seconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  const std::string stat_path = "/proc/" + pid + "/stat";
+  while (std::chrono::steady_clock::now() < until) {
+    std::FILE* f = std::fopen(stat_path.c_str(), "r");
+    if (f == nullptr) return true;
+    char line[512] = {};
+    const bool read = std::fgets(line, sizeof line, f) != nullptr;
+    std::fclose(f);
+    // The state follows the parenthesised command name: "pid (comm) S ...".
+    const char* close = read ? std::strrchr(line, ')') : nullptr;
+    if (close != nullptr && (close[2] == 'Z' || close[2] == 'X')) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
+  return false;
+}
+
 void run_comms(communicator& world, checker& ck) {
   const std::uint32_t p = world.size();
   const std::uint32_t me = world.rank();
@@ -602,18 +622,34 @@ int main(int argc, char** argv) {
     if (mode == "rankdeath") {
       // The last rank dies for good inside an allreduce; the others must fail, typed and named,
       // then continue on the survivors.
+      // The survivors start theirs only once the victim's process is gone: had they started
+      // together, the victim's threads could finish the whole allreduce (every step had its
+      // data) before its main thread reached kill() on a loaded machine.
+      const std::uint32_t victim = c.size() - 1;
+      vessel::actors::kv_store_client& store = world.runtime().store();
+      if (c.rank() == victim) {
+        expect_true(ck, store.set("coll/rankdeath/pid", std::to_string(::getpid())).has_value(),
+                    "rankdeath: publishing the victim's pid");
+      }
       ck.what = "rankdeath warm-up";
       ck.ok(c.barrier());
-      const std::uint32_t victim = c.size() - 1;
       const std::size_t n = std::size_t{1} << 18;
       bytes in = make(dtype::int32, c.rank(), 0, n), out(in.size());
       call_options o;
       o.timeout = std::chrono::seconds{120};  // far beyond the reconnect deadline
-      auto h = c.iallreduce(in, out, dtype::int32, reduce_op::sum, o);
       if (c.rank() == victim) {
+        auto h = c.iallreduce(in, out, dtype::int32, reduce_op::sum, o);
         std::fflush(stdout);
         ::kill(::getpid(), SIGKILL);
       }
+      auto pid = store.get("coll/rankdeath/pid");
+      expect_true(ck, pid.has_value(), "rankdeath: reading the victim's pid");
+      if (pid) {
+        const std::string p(reinterpret_cast<const char*>(pid.value().data()), pid.value().size());
+        expect_true(ck, wait_until_gone(p, std::chrono::seconds{30}),
+                    "rankdeath: the victim (pid " + p + ") still runs");
+      }
+      auto h = c.iallreduce(in, out, dtype::int32, reduce_op::sum, o);
       ck.what = "rankdeath allreduce";
       auto r = h.wait();
       const std::string detail = h.detail();
