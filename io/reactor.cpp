@@ -163,7 +163,10 @@ result<void> reactor::open_ring() {
   if (rc < 0) return std::error_code{-rc, std::system_category()};
   ring_open_ = true;
   // Each io_uring_enter then skips the fd table lookup (fdget/fdput); failure only costs that.
-  (void)io_uring_register_ring_fd(&ring_);
+  // Not for a lendable ring: a registered ring fd is valid in the registering thread only, and
+  // a borrower's io_uring_enter with it fails with EINVAL (its submissions then waited, unseen,
+  // for the reactor thread to take the loop back).
+  if (!config_.lendable) (void)io_uring_register_ring_fd(&ring_);
   spin_ = config_.busy_poll > std::chrono::nanoseconds::zero();
   features_ = probe_features(ring_) & config_.allowed;
   // liburing picks the timeout path from ring.features; hiding the bit forces the TIMEOUT-SQE path.

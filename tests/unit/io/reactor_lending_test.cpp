@@ -2,6 +2,9 @@
 // turns, and gives it back; the reactor thread parks meanwhile and takes the loop back after the
 // linger. Every test waits for events (a flag, a count), never for a duration.
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -9,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "io/io_op.hpp"
 #include "io/reactor.hpp"
 
 namespace vessel::io {
@@ -164,6 +168,37 @@ TEST(reactor_lending, pollers_run_on_borrowed_turns_and_once_when_the_thread_tak
   }));
   ASSERT_TRUE(run_on_loop(r, [&] { r.remove_poller(poller); }));
   r.stop();
+}
+
+TEST(reactor_lending, an_op_the_borrower_arms_completes_on_its_own_turns) {
+  // The borrower's io_uring_enter must work from its thread: a ring fd registered by the reactor
+  // thread (IORING_REGISTER_RING_FDS) is that thread's alone, and the borrower's submissions
+  // failed with EINVAL until the reactor thread took the loop back.
+  struct poll_op final : io_op {
+    void complete(int r, std::uint32_t) override {
+      res = r;
+      done = true;
+    }
+    int res = 0;
+    bool done = false;
+  };
+  reactor r{lendable()};
+  ASSERT_TRUE(r.start());
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ASSERT_EQ(::write(fds[1], "x", 1), 1);
+  ASSERT_TRUE(r.borrow());
+  poll_op op;
+  r.poll_add(op, fds[0], POLLIN);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!op.done && std::chrono::steady_clock::now() < deadline) r.borrowed_turn();
+  EXPECT_TRUE(op.done) << "the borrower's submission never completed";
+  EXPECT_TRUE(r.lent());
+  EXPECT_TRUE((op.res & POLLIN) != 0) << op.res;
+  r.give_back(false);
+  r.stop();
+  ::close(fds[0]);
+  ::close(fds[1]);
 }
 
 TEST(reactor_lending, stop_while_lent_waits_for_the_borrower_and_finishes) {
