@@ -565,10 +565,6 @@ peer_state mesh::state(std::uint32_t peer) const {
   return peer < config_.world_size ? peer_state::up : peer_state::down;
 }
 
-bool mesh::via_shm(std::uint32_t peer) const {
-  return peer < impl_->addresses.size() && impl_->addresses[peer].via == mesh_connection::kind::shm;
-}
-
 void mesh::drop_connection(std::uint32_t peer) {
   if (peer_link* l = impl_->link(peer)) l->drop_connection();
 }

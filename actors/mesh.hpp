@@ -221,8 +221,6 @@ class mesh {
   mesh_stats totals() const noexcept { return stats_; }
   /// Reactor thread only. State of the link to `peer` (self: up).
   peer_state state(std::uint32_t peer) const;
-  /// Reactor thread only. Whether `peer` is reached over shared memory (decided by connect()).
-  bool via_shm(std::uint32_t peer) const;
 
   /// Reactor thread only. Fault injection: closes `peer`'s transport as if the network cut it.
   /// The link goes reconnecting and the dialler side re-dials.

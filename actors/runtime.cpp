@@ -387,22 +387,9 @@ detailed_result<void> runtime::boot(const env_view& env) {
   if (auto connected = mesh_->connect(*store_client_, left()); !connected) {
     return connected.error();
   }
-  // Caller-driven progress pays over shm only: a TCP receive completes in task work of the
-  // thread that armed it (the reactor thread, parked while lent), so every lent TCP reply would
-  // wait for that thread to be scheduled (measured: 8 B ping-pong 690 us lent vs 250 us not,
-  // loaded 2-core VM). A rank with any TCP peer keeps the reactor thread driving.
-  if (options_.caller_progress) {
-    const bool all_shm = on_reactor([this] {
-      for (std::uint32_t p = 0; p < world_; ++p) {
-        if (p != rank_ && !mesh_->via_shm(p)) return false;
-      }
-      return true;
-    });
-    reactor_->allow_lending(all_shm);
-  }
   logger().info("rank {}: every peer link is up (progress: {})", rank_,
                 options_.caller_progress && world_ > 1 && reactor_->lending_allowed()
-                    ? "caller-driven over shm"
+                    ? "caller-driven"
                     : "reactor thread");
   return outcome::success();
 }

@@ -1,6 +1,7 @@
 #include "io/tcp_transport.hpp"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,10 @@ namespace {
 
 // Prefix and the largest header the encoder produces, rounded up to keep entries 8-aligned.
 constexpr std::size_t header_room = (wire::prefix_bytes + wire::max_encoded_header_bytes + 7) & ~7u;
+
+// Reads of a readable socket per turn before the loop gets to its other work: a peer that
+// streams must not starve the rest of the reactor (what is left is read on the next turn).
+constexpr int max_reads_per_turn = 16;
 
 }  // namespace
 
@@ -47,6 +52,7 @@ tcp_transport::tcp_transport(reactor& r, int fd, transport_handler& handler,
                                                       : options.send_queue_bytes / 2},
       slot_bytes_{header_room + ((options.copy_bytes + 7) & ~std::size_t{7})},
       zero_copy_{peer_is_loopback(fd) ? zero_copy::never : options.send_zero_copy},
+      readiness_{options.poll_when_lent && r.config().lendable},
       slab_{std::make_unique<std::byte[]>(slot_bytes_ * std::max<std::size_t>(options.send_queue_frames, 1))},
       ring_(std::max<std::size_t>(options.send_queue_frames, 1)),
       iov_(std::max<std::size_t>(options.max_iovecs, 2)),
@@ -57,11 +63,17 @@ tcp_transport::tcp_transport(reactor& r, int fd, transport_handler& handler,
 tcp_transport::~tcp_transport() {
   assert(!send_op_.in_flight() && !recv_op_.in_flight() &&
          "destroy a tcp_transport only after on_closed or after its reactor stopped");
+  if (polled_) reactor_.remove_poller(*this);
   if (fd_ >= 0) ::close(fd_);
 }
 
 void tcp_transport::start() {
-  if (state_ == state::open && !recv_op_.in_flight()) arm_recv();
+  if (state_ != state::open) return;
+  if (readiness_ && !polled_) {
+    reactor_.add_poller(*this);
+    polled_ = true;
+  }
+  if (!recv_op_.in_flight()) arm_recv();
 }
 
 // -- Sending -----------------------------------------------------------------------------------
@@ -239,6 +251,10 @@ void tcp_transport::on_send(int res, std::uint32_t flags) {
 // -- Receiving ---------------------------------------------------------------------------------
 
 void tcp_transport::arm_recv() {
+  if (readiness_) {
+    reactor_.poll_add(recv_op_, fd_, POLLIN | POLLRDHUP);
+    return;
+  }
   auto space = decoder_.prepare();
   if (space.empty()) {
     // The decoder holds a whole unconsumed frame it cannot return: only a decoder bug gets here.
@@ -249,6 +265,7 @@ void tcp_transport::arm_recv() {
 }
 
 void tcp_transport::on_recv(int res, std::uint32_t) {
+  if (readiness_) return on_readable(res);
   if (state_ != state::open) {
     maybe_finish();
     return;
@@ -262,6 +279,15 @@ void tcp_transport::on_recv(int res, std::uint32_t) {
   }
   decoder_.commit(static_cast<std::size_t>(res));
   stats_.bytes_received += static_cast<std::size_t>(res);
+  dispatch_frames();
+  if (state_ == state::open) {
+    flush_direct();  // the replies of the whole batch at once
+    if (state_ == state::open) arm_recv();
+  }
+  maybe_finish();
+}
+
+void tcp_transport::dispatch_frames() {
   ++callbacks_running_;
   while (state_ == state::open) {
     auto next = decoder_.next();
@@ -276,11 +302,59 @@ void tcp_transport::on_recv(int res, std::uint32_t) {
     handler_.on_frame(frame.header, frame.payload, no_owner_);
   }
   --callbacks_running_;
-  if (state_ == state::open) {
-    flush_direct();  // the replies of the whole batch at once
-    if (state_ == state::open) arm_recv();
+}
+
+void tcp_transport::on_readable(int res) {
+  if (state_ != state::open) {
+    maybe_finish();
+    return;
   }
+  if (res < 0) {
+    fail(res == -ECANCELED ? make_error_code(errc::transport_closed) : error_from_errno(res));
+    maybe_finish();
+    return;
+  }
+  read_ready();
+  // While the loop is lent its borrower polls the socket, and nothing need wake the parked
+  // reactor thread: the poll is armed again when that thread takes the loop back (poll()).
+  if (state_ == state::open && !reactor_.lent()) arm_recv();
   maybe_finish();
+}
+
+void tcp_transport::read_ready() {
+  for (int reads = 0; reads < max_reads_per_turn && state_ == state::open; ++reads) {
+    auto space = decoder_.prepare();
+    if (space.empty()) {
+      fail(errc::bad_frame);  // a whole unconsumed frame the decoder cannot return: a bug
+      return;
+    }
+    const ssize_t n = ::recv(fd_, space.data(), space.size(), MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) fail(error_from_errno(-errno));
+      break;
+    }
+    if (n == 0) {
+      fail(errc::connection_closed);
+      break;
+    }
+    decoder_.commit(static_cast<std::size_t>(n));
+    stats_.bytes_received += static_cast<std::size_t>(n);
+    dispatch_frames();
+    if (static_cast<std::size_t>(n) < space.size()) break;  // drained: no EAGAIN round trip
+  }
+  if (state_ == state::open) flush_direct();  // the replies of the whole batch at once
+}
+
+void tcp_transport::poll() noexcept {
+  if (state_ != state::open || callbacks_running_ > 0) return;
+  if (reactor_.lent()) {
+    read_ready();
+    maybe_finish();  // may destroy this transport (on_closed)
+    return;
+  }
+  // The reactor thread has the loop back: it waits for the socket again.
+  if (!recv_op_.in_flight()) arm_recv();
 }
 
 // -- Ending ------------------------------------------------------------------------------------
@@ -312,6 +386,10 @@ void tcp_transport::maybe_finish() noexcept {
   head_offset_ = 0;
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  if (polled_) {
+    reactor_.remove_poller(*this);
+    polled_ = false;
+  }
   // Last: the handler may destroy this transport.
   handler_.on_closed(reason_);
 }

@@ -13,7 +13,16 @@
 // Receive side: recv straight into the stream_decoder's free tail (prepare/commit), then every
 // complete frame goes to on_frame with its payload viewed in place: one copy (the kernel's).
 //
-// Threading: everything, construction included, on the reactor thread that owns the socket.
+// On a lendable reactor (caller-driven progress) the socket is read by readiness instead: a
+// POLL_ADD tells the reactor thread that bytes wait, and whoever holds the loop reads them with
+// a non-blocking recv(2). A borrower polls the socket itself on each of its turns (loop_poller),
+// as Open MPI's btl tcp does, so a reply reaches it without any thread being scheduled. An
+// io_uring RECV could not serve a borrower: it completes in task work of the thread that armed
+// it, the reactor thread, parked while the loop is lent. Only the loop's holder ever reads, so
+// bytes are never taken by two threads at once.
+//
+// Threading: everything, construction included, on the reactor thread that owns the socket (a
+// borrower of a lendable reactor counts as that thread while it holds the loop).
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -62,6 +71,9 @@ struct tcp_transport_options {
   /// AF_UNIX, checked once with getpeername) always gets copying sends, whatever this says: the
   /// kernel copies into the receiver anyway, and zero copy halved loopback bandwidth (reactor.hpp).
   zero_copy send_zero_copy = zero_copy::when_large;
+  /// On a lendable reactor, receive by readiness and let a borrower read the socket directly
+  /// (see above). false: always an io_uring RECV.
+  bool poll_when_lent = true;
   /// Frame bounds and receive buffer size (receive_buffer_bytes; 0 = one largest frame).
   wire::decoder_limits limits = default_limits();
 
@@ -75,7 +87,7 @@ struct tcp_transport_options {
 
 /// A framed transport over a connected stream socket. Destroy it only after on_closed() has been
 /// delivered (from on_closed itself is fine), or after its reactor has stopped.
-class tcp_transport final : public transport {
+class tcp_transport final : public transport, private loop_poller {
  public:
   /// Takes ownership of `fd` (connected; blocking or not) and allocates every buffer it will
   /// use. Receiving starts with start().
@@ -109,6 +121,8 @@ class tcp_transport final : public transport {
   zero_copy send_zero_copy() const noexcept { return zero_copy_; }
   /// True until the transport has begun closing.
   bool is_open() const noexcept { return state_ == state::open; }
+  /// True when the socket is read by readiness (a lendable reactor and poll_when_lent).
+  bool receives_by_readiness() const noexcept { return readiness_; }
 
  private:
   enum class state : std::uint8_t { open, closing, closed };
@@ -140,6 +154,11 @@ class tcp_transport final : public transport {
   void arm_recv();
   void on_send(int res, std::uint32_t flags);
   void on_recv(int res, std::uint32_t flags);
+  void on_readable(int res);
+  void read_ready();
+  void dispatch_frames();
+  // loop_poller: a borrower reads the socket on each of its turns (readiness_ only).
+  void poll() noexcept override;
   void fail(std::error_code why) noexcept;
   void maybe_finish() noexcept;
 
@@ -150,6 +169,8 @@ class tcp_transport final : public transport {
   std::size_t low_watermark_;
   std::size_t slot_bytes_;
   zero_copy zero_copy_;
+  bool readiness_;
+  bool polled_ = false;  // registered as the reactor's loop_poller
 
   // Send queue: ring of entries over one preallocated byte slab.
   std::unique_ptr<std::byte[]> slab_;

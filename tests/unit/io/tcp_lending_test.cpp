@@ -1,0 +1,210 @@
+// io/tcp_transport on a lendable reactor (caller-driven progress): the socket is read by
+// readiness, a borrower reads it itself on its turns, and the reactor thread, taking the loop
+// back, waits on the socket again. The peer is a plain blocking socket of a socketpair; every
+// wait is for an event (a count, a flag), bounded by a deadline.
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "io/errc.hpp"
+#include "io/tcp_transport.hpp"
+#include "tests/unit/io/tcp_test_support.hpp"
+#include "wire/stream_decoder.hpp"
+
+namespace vessel::io {
+namespace {
+
+using namespace std::chrono_literals;
+
+reactor_config lendable() {
+  reactor_config c;
+  c.lendable = true;
+  c.lend_linger = 1ms;
+  return c;
+}
+
+/// What the transport delivered, and on which side of the lending it ran (loop owner only,
+/// except the atomics the test thread polls while the reactor thread holds the loop).
+struct lending_recorder final : transport_handler {
+  explicit lending_recorder(reactor& r) : owner{r} {}
+  void on_frame(const wire::frame_header& h, std::span<const std::byte> payload,
+                const buffer_slice&) override {
+    seqs.push_back(h.seq);
+    intact = intact && std::vector<std::byte>(payload.begin(), payload.end()) ==
+                           test::payload_for(h.seq, payload.size());
+    if (owner.lent()) {
+      ++while_lent;
+    } else {
+      by_reactor_thread.fetch_add(1, std::memory_order_release);
+    }
+    if (echo != nullptr) echo_result = echo->send_copy(test::data_header(h.seq, 0), {});
+    frames.fetch_add(1, std::memory_order_release);
+  }
+  void on_writable() override {}
+  void on_closed(std::error_code ec) override {
+    reason = ec;
+    closed.store(true, std::memory_order_release);
+  }
+
+  reactor& owner;
+  tcp_transport* echo = nullptr;  // when set, each frame's seq is sent back (no payload)
+  result<void> echo_result = outcome::success();
+  std::vector<std::uint64_t> seqs;
+  bool intact = true;
+  int while_lent = 0;
+  std::atomic<int> by_reactor_thread{0};
+  std::atomic<int> frames{0};
+  std::atomic<bool> closed{false};
+  std::error_code reason;
+};
+
+/// Encodes data frame `seq` with a payload of `len` bytes.
+std::vector<std::byte> frame_bytes(std::uint64_t seq, std::size_t len) {
+  std::vector<std::byte> out;
+  wire::frame_encoder enc;
+  EXPECT_TRUE(enc.encode_to(test::data_header(seq, len), test::payload_for(seq, len), out));
+  return out;
+}
+
+/// Runs borrowed turns until `done()`, at most 10 s; true if it held.
+template <class Pred>
+bool turn_until(reactor& r, Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    r.borrowed_turn();
+  }
+  return true;
+}
+
+/// Waits (not driving the loop) until `done()`, at most 10 s.
+template <class Pred>
+bool eventually(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(100us);
+  }
+  return true;
+}
+
+/// A lendable reactor, a socketpair, and a transport on one end (built by a borrower).
+struct lent_pair {
+  reactor r{lendable()};
+  int peer = -1;
+  lending_recorder handler{r};
+  std::unique_ptr<tcp_transport> transport;
+
+  lent_pair() {
+    EXPECT_TRUE(r.start());
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    peer = fds[1];
+    const timeval limit{10, 0};  // a reply that never comes fails the test instead of hanging it
+    ::setsockopt(peer, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    EXPECT_TRUE(r.borrow());
+    transport = std::make_unique<tcp_transport>(r, fds[0], handler);
+    transport->start();
+  }
+  ~lent_pair() {
+    if (!r.lent() && !r.borrow()) ADD_FAILURE() << "could not borrow the loop to close";
+    transport->close();
+    turn_until(r, [&] { return handler.closed.load(std::memory_order_acquire); });
+    r.give_back(false);
+    r.stop();
+    if (peer >= 0) ::close(peer);
+  }
+};
+
+TEST(tcp_lending, a_transport_on_a_lendable_reactor_receives_by_readiness) {
+  lent_pair p;
+  EXPECT_TRUE(p.transport->receives_by_readiness());
+
+  test::reactor_thread plain;  // not lendable: an io_uring RECV as always
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  lending_recorder h{plain.get()};
+  auto t = plain.run([&] { return std::make_unique<tcp_transport>(plain.get(), fds[0], h); });
+  EXPECT_FALSE(t->receives_by_readiness());
+  tcp_transport_options off;
+  off.poll_when_lent = false;
+  tcp_transport opted_out{p.r, ::dup(fds[1]), p.handler, off};  // never started
+  EXPECT_FALSE(opted_out.receives_by_readiness());
+  ::close(fds[1]);
+}
+
+TEST(tcp_lending, frames_reach_a_borrower_on_its_own_turns_in_order_and_its_replies_go_out) {
+  lent_pair p;
+  p.handler.echo = p.transport.get();
+  constexpr int frames = 200;
+  wire::stream_decoder dec{tcp_transport_options::default_limits()};  // the echoes
+  for (int i = 1; i <= frames; ++i) {
+    // Sizes from empty to larger than one read, so frames also straddle reads.
+    const std::size_t len = static_cast<std::size_t>(i % 7 == 0 ? 100'000 : i * 13 % 900);
+    ASSERT_TRUE(test::write_all(p.peer, frame_bytes(static_cast<std::uint64_t>(i), len)));
+    ASSERT_TRUE(turn_until(p.r, [&] { return p.handler.frames.load() == i; })) << "frame " << i;
+    // The echo: the borrower's send went out on its own turn.
+    ASSERT_TRUE(p.handler.echo_result) << p.handler.echo_result.error().message();
+    bool got = false;
+    while (!got) {
+      auto space = dec.prepare();
+      const auto n = ::recv(p.peer, space.data(), space.size(), 0);
+      ASSERT_GT(n, 0);
+      dec.commit(static_cast<std::size_t>(n));
+      auto next = dec.next();
+      ASSERT_TRUE(next);
+      if (next.value()) {
+        EXPECT_EQ(next.value()->header.seq, static_cast<std::uint64_t>(i));
+        EXPECT_EQ(next.value()->payload.size(), 0u);
+        got = true;
+      }
+    }
+  }
+  EXPECT_TRUE(p.r.lent());
+  EXPECT_EQ(p.handler.while_lent, frames);  // none waited for the reactor thread
+  EXPECT_EQ(p.handler.by_reactor_thread.load(), 0);
+  EXPECT_TRUE(p.handler.intact);
+  for (int i = 0; i < frames; ++i) EXPECT_EQ(p.handler.seqs[i], static_cast<std::uint64_t>(i + 1));
+}
+
+TEST(tcp_lending, the_reactor_thread_reads_again_once_it_has_the_loop_back) {
+  lent_pair p;
+  ASSERT_TRUE(test::write_all(p.peer, frame_bytes(1, 10)));
+  ASSERT_TRUE(turn_until(p.r, [&] { return p.handler.frames.load() == 1; }));
+  p.r.give_back(false);  // the reactor thread takes the loop now and waits on the socket
+  for (int i = 2; i <= 20; ++i) {
+    ASSERT_TRUE(test::write_all(p.peer, frame_bytes(static_cast<std::uint64_t>(i), 64)));
+    ASSERT_TRUE(eventually([&] { return p.handler.frames.load(std::memory_order_acquire) == i; }))
+        << "frame " << i << " never read by the reactor thread";
+  }
+  EXPECT_EQ(p.handler.by_reactor_thread.load(std::memory_order_acquire), 19);
+  // And a borrower again, after the reactor thread held the loop.
+  ASSERT_TRUE(eventually([&] { return p.r.borrow(); }));
+  ASSERT_TRUE(test::write_all(p.peer, frame_bytes(21, 64)));
+  ASSERT_TRUE(turn_until(p.r, [&] { return p.handler.frames.load() == 21; }));
+  EXPECT_EQ(p.handler.while_lent, 2);
+  EXPECT_TRUE(p.handler.intact);
+}
+
+TEST(tcp_lending, a_peer_that_closes_while_the_loop_is_lent_ends_with_connection_closed) {
+  lent_pair p;
+  ASSERT_TRUE(test::write_all(p.peer, frame_bytes(1, 32)));
+  ASSERT_TRUE(test::write_all(p.peer, frame_bytes(2, 32)));
+  ::close(p.peer);
+  p.peer = -1;
+  ASSERT_TRUE(turn_until(p.r, [&] { return p.handler.closed.load(); }));
+  EXPECT_EQ(p.handler.frames.load(), 2);  // what came before the close is delivered first
+  EXPECT_EQ(p.handler.reason, make_error_code(errc::connection_closed));
+  EXPECT_TRUE(p.r.lent());
+}
+
+}  // namespace
+}  // namespace vessel::io
