@@ -164,8 +164,7 @@ result<void> reactor::open_ring() {
   ring_open_ = true;
   // Each io_uring_enter then skips the fd table lookup (fdget/fdput); failure only costs that.
   // Not for a lendable ring: a registered ring fd is valid in the registering thread only, and
-  // a borrower's io_uring_enter with it fails with EINVAL (its submissions then waited, unseen,
-  // for the reactor thread to take the loop back).
+  // a borrower that must enter the ring (a full SQ, get_sqe) would fail with EINVAL.
   if (!config_.lendable) (void)io_uring_register_ring_fd(&ring_);
   spin_ = config_.busy_poll > std::chrono::nanoseconds::zero();
   features_ = probe_features(ring_) & config_.allowed;
@@ -343,7 +342,12 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
   if (sleep) {
     wait(max_wait);
     state_.fetch_and(~sleeping_bit, std::memory_order_acq_rel);
-  } else {
+  } else if (!lent_) {
+    // A borrower prepares SQEs but leaves submitting to the reactor thread, which takes the loop
+    // back within lend_linger: an op belongs to the thread that submitted it, and a blocking one
+    // (the eventfd and timerfd READs run in that thread's io-wq) is cancelled when the thread
+    // exits, which a caller's thread may do at any time. What a borrower needs at once, it
+    // polls (loop_poller: shm rings, TCP sockets).
     io_uring_submit(&ring_);
   }
   reap();

@@ -73,6 +73,9 @@ void tcp_transport::start() {
     reactor_.add_poller(*this);
     polled_ = true;
   }
+  // A borrower reads the socket itself; the reactor thread arms the poll when it takes the loop
+  // back (poll()). An op armed now would only go out then anyway (reactor::turn).
+  if (readiness_ && reactor_.lent()) return;
   if (!recv_op_.in_flight()) arm_recv();
 }
 
@@ -189,6 +192,9 @@ std::size_t tcp_transport::build_iovecs() noexcept {
 
 void tcp_transport::flush() {
   if (send_op_.in_flight() || count_ == 0 || state_ != state::open) return;
+  // A borrower's SQE would wait for the reactor thread (reactor::turn): while the loop is lent,
+  // what the socket did not take is retried with direct sends on the borrower's turns (poll()).
+  if (readiness_ && reactor_.lent()) return;
   build_iovecs();
   const std::size_t n = msg_.msg_iovlen;
   if (n == 1) {
@@ -350,11 +356,23 @@ void tcp_transport::poll() noexcept {
   if (state_ != state::open || callbacks_running_ > 0) return;
   if (reactor_.lent()) {
     read_ready();
+    if (state_ == state::open && count_ > 0 && !send_op_.in_flight()) {
+      flush_direct();
+      if (state_ == state::open && want_writable_ && queued_bytes_ <= low_watermark_) {
+        want_writable_ = false;
+        ++callbacks_running_;
+        handler_.on_writable();
+        --callbacks_running_;
+        flush_direct();
+      }
+    }
     maybe_finish();  // may destroy this transport (on_closed)
     return;
   }
-  // The reactor thread has the loop back: it waits for the socket again.
+  // The reactor thread has the loop back: it waits for the socket again, and sends through the
+  // ring what borrowers left queued.
   if (!recv_op_.in_flight()) arm_recv();
+  flush();
 }
 
 // -- Ending ------------------------------------------------------------------------------------

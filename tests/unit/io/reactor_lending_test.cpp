@@ -2,7 +2,7 @@
 // turns, and gives it back; the reactor thread parks meanwhile and takes the loop back after the
 // linger. Every test waits for events (a flag, a count), never for a duration.
 
-#include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -170,35 +170,46 @@ TEST(reactor_lending, pollers_run_on_borrowed_turns_and_once_when_the_thread_tak
   r.stop();
 }
 
-TEST(reactor_lending, an_op_the_borrower_arms_completes_on_its_own_turns) {
-  // The borrower's io_uring_enter must work from its thread: a ring fd registered by the reactor
-  // thread (IORING_REGISTER_RING_FDS) is that thread's alone, and the borrower's submissions
-  // failed with EINVAL until the reactor thread took the loop back.
-  struct poll_op final : io_op {
+TEST(reactor_lending, an_op_a_borrower_arms_outlives_the_borrowers_thread) {
+  // Only the reactor thread submits: an op belongs to the thread that submitted it, and a
+  // blocking READ (an eventfd, as the reactor's own wake-up and the shm receiver use) runs in
+  // that thread's io-wq, cancelled when the thread exits. Borrowed by a thread that then ends,
+  // the op must still complete with the value written, not with -ECANCELED.
+  struct read_op final : io_op {
     void complete(int r, std::uint32_t) override {
-      res = r;
-      done = true;
+      res.store(r, std::memory_order_release);
+      done.store(true, std::memory_order_release);
     }
-    int res = 0;
-    bool done = false;
+    std::uint64_t value = 0;
+    std::atomic<int> res{0};
+    std::atomic<bool> done{false};
   };
-  reactor r{lendable()};
+  reactor r{lendable(100us)};
   ASSERT_TRUE(r.start());
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  ASSERT_EQ(::write(fds[1], "x", 1), 1);
-  ASSERT_TRUE(r.borrow());
-  poll_op op;
-  r.poll_add(op, fds[0], POLLIN);
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!op.done && std::chrono::steady_clock::now() < deadline) r.borrowed_turn();
-  EXPECT_TRUE(op.done) << "the borrower's submission never completed";
-  EXPECT_TRUE(r.lent());
-  EXPECT_TRUE((op.res & POLLIN) != 0) << op.res;
-  r.give_back(false);
+  const int efd = ::eventfd(0, EFD_CLOEXEC);  // blocking: io_uring punts the READ to io-wq
+  ASSERT_GE(efd, 0);
+  read_op op;
+  bool borrowed = false;
+  std::thread borrower{[&] {
+    borrowed = r.borrow();
+    if (!borrowed) return;
+    r.read(op, efd, {reinterpret_cast<std::byte*>(&op.value), sizeof op.value});
+    for (int i = 0; i < 10; ++i) r.borrowed_turn();
+    r.give_back(false);
+  }};
+  borrower.join();  // the thread that armed the op is gone
+  ASSERT_TRUE(borrowed);
+  // A cancellation at the thread's exit would complete the op now, with nothing written.
+  const auto until = std::chrono::steady_clock::now() + 50ms;
+  while (!op.done.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  EXPECT_FALSE(op.done.load()) << "completed with nothing written: " << op.res.load();
+  const std::uint64_t seven = 7;
+  ASSERT_EQ(::write(efd, &seven, sizeof seven), static_cast<ssize_t>(sizeof seven));
+  ASSERT_TRUE(eventually([&] { return op.done.load(std::memory_order_acquire); }));
+  EXPECT_EQ(op.res.load(), static_cast<int>(sizeof seven));
+  EXPECT_EQ(op.value, 7u);
   r.stop();
-  ::close(fds[0]);
-  ::close(fds[1]);
+  ::close(efd);
 }
 
 TEST(reactor_lending, stop_while_lent_waits_for_the_borrower_and_finishes) {
