@@ -131,14 +131,16 @@ class reactor {
   /// False, at once, when the reactor is not lendable, is stopping, or another borrower holds
   /// the loop (the caller then waits as it would without borrowing).
   bool borrow() noexcept;
-  /// One turn of a borrowed loop without blocking: posted work, due timers, submissions,
-  /// completions, pollers. Borrower only.
+  /// One turn of a borrowed loop without blocking: posted work, due timers, completions,
+  /// pollers. SQEs prepared meanwhile go out when the reactor thread takes the loop back.
+  /// Borrower only.
   void borrowed_turn();
   /// Ends a borrow. `linger`: the reactor thread stays parked for lend_linger (the caller will
   /// likely be back soon); false: it takes the loop at once (the caller is about to sleep).
   void give_back(bool linger = true) noexcept;
-  /// Turns lending on or off (any thread; lendable reactors only). A transport whose
-  /// completions need the reactor thread (TCP: task work) gains nothing from a borrower.
+  /// Turns lending on or off (any thread; lendable reactors only). A borrower submits nothing
+  /// (the reactor thread does, when it takes the loop back), so a transport it cannot poll
+  /// (not a loop_poller) gains nothing from it.
   void allow_lending(bool on) noexcept { lending_allowed_.store(on, std::memory_order_release); }
   bool lending_allowed() const noexcept {
     return config_.lendable && lending_allowed_.load(std::memory_order_acquire);

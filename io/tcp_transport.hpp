@@ -16,7 +16,8 @@
 // On a lendable reactor (caller-driven progress) the socket is read by readiness instead: a
 // POLL_ADD tells the reactor thread that bytes wait, and whoever holds the loop reads them with
 // a non-blocking recv(2). A borrower polls the socket itself on each of its turns (loop_poller),
-// as Open MPI's btl tcp does, so a reply reaches it without any thread being scheduled. An
+// as Open MPI's btl tcp does, so a reply reaches it without any thread being scheduled; what
+// the socket did not take of a send is retried there too, with direct sends. An
 // io_uring RECV could not serve a borrower: it completes in task work of the thread that armed
 // it, the reactor thread, parked while the loop is lent. Only the loop's holder ever reads, so
 // bytes are never taken by two threads at once.
