@@ -59,6 +59,9 @@ struct kv_store_client::handler final : io::transport_handler {
           store_prefix_bytes + client.options_.max_value_bytes + 64);
       opts.limits.receive_buffer_bytes = 0;
       opts.send_queue_frames = 64;
+      // The store is off the latency path: a borrower of the loop need not pay a recv(2) per
+      // turn for it (its replies wait for the reactor thread instead).
+      opts.poll_when_lent = false;
       transport = std::make_unique<io::tcp_transport>(reactor, fd.value(), *this, opts);
       transport->start();
       return finish_dial({});

@@ -53,6 +53,7 @@ kv_store_server::kv_store_server(io::reactor& r, kv_store_limits limits)
       (limits.max_key_bytes + 4) * std::max<std::size_t>(limits.max_wait_keys, 1));
   transport_options_.limits.receive_buffer_bytes = 0;  // one largest frame
   transport_options_.send_queue_frames = 64;
+  transport_options_.poll_when_lent = false;  // off the latency path, as the client's
   transport_options_.send_queue_bytes = 4 * (limits.max_value_bytes + 4096);
 }
 
