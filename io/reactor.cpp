@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "io/log.hpp"
+#include "io/tsan_annotations.hpp"
 
 namespace vessel::io {
 namespace {
@@ -119,6 +120,15 @@ void reactor::thread_main(std::promise<std::error_code>* ready) {
   owner_.store(std::thread::id{}, std::memory_order_release);
 }
 
+namespace {
+// liburing 2.3 maps and unmaps a ring with raw syscalls, which TSan does not intercept, so a ring
+// mapped where a closed one was keeps the closed ring's access history, and its first SQE writes
+// look like races with a thread that is long gone. The kernel orders an unmap before a later map
+// of the same pages; a release before every queue_exit and an acquire after every queue_init
+// tell TSan so. Test: reactor_stop.a_ring_mapped_where_a_closed_one_was_is_new_memory.
+char ring_mappings;
+}  // namespace
+
 result<void> reactor::open_ring() {
   // DEFER_TASKRUN: a completion's task work (for a socket recv: the recv itself) runs when the
   // reactor thread asks for events, inside its own wait, instead of interrupting it through
@@ -161,6 +171,7 @@ result<void> reactor::open_ring() {
     }
   }
   if (rc < 0) return std::error_code{-rc, std::system_category()};
+  tsan_acquire(&ring_mappings);
   ring_open_ = true;
   // Each io_uring_enter then skips the fd table lookup (fdget/fdput); failure only costs that.
   // Not for a lendable ring: a registered ring fd is valid in the registering thread only, and
@@ -592,6 +603,7 @@ void reactor::cancel_all() {
 
 void reactor::close_ring() noexcept {
   if (!ring_open_) return;
+  tsan_release(&ring_mappings);
   io_uring_queue_exit(&ring_);
   ring_open_ = false;
 }
