@@ -233,25 +233,37 @@ void tcp_transport::on_send(int res, std::uint32_t flags) {
     send_result_ = res;  // zero-copy: the buffers stay pinned until the notification
     return;
   }
-  if (state_ != state::open) {
-    maybe_finish();
-    return;
-  }
-  if (res < 0) {
-    fail(res == -ECANCELED ? make_error_code(errc::transport_closed) : error_from_errno(res));
-    maybe_finish();
-    return;
-  }
+  if (completion_ends(res, false)) return;
   advance(static_cast<std::size_t>(res));
   flush();
-  if (want_writable_ && queued_bytes_ <= low_watermark_) {
-    want_writable_ = false;
-    ++callbacks_running_;
-    handler_.on_writable();
-    --callbacks_running_;
-    flush();  // what the handler queued (sends from callbacks wait for the callback's end)
-  }
+  // What the handler queued goes out now (sends from callbacks wait for the callback's end).
+  if (notify_writable_if_drained()) flush();
   maybe_finish();
+}
+
+bool tcp_transport::notify_writable_if_drained() {
+  if (!want_writable_ || queued_bytes_ > low_watermark_) return false;
+  want_writable_ = false;
+  ++callbacks_running_;
+  handler_.on_writable();
+  --callbacks_running_;
+  return true;
+}
+
+bool tcp_transport::completion_ends(int res, bool eof_at_zero) noexcept {
+  if (state_ != state::open) {
+    maybe_finish();
+    return true;
+  }
+  if (res < 0 || (eof_at_zero && res == 0)) {
+    // ECANCELED is our own close cancelling the op.
+    fail(res == 0              ? make_error_code(errc::connection_closed)
+         : res == -ECANCELED ? make_error_code(errc::transport_closed)
+                             : error_from_errno(res));
+    maybe_finish();
+    return true;
+  }
+  return false;
 }
 
 // -- Receiving ---------------------------------------------------------------------------------
@@ -272,17 +284,7 @@ void tcp_transport::arm_recv() {
 
 void tcp_transport::on_recv(int res, std::uint32_t) {
   if (readiness_) return on_readable(res);
-  if (state_ != state::open) {
-    maybe_finish();
-    return;
-  }
-  if (res <= 0) {
-    if (res == 0) fail(errc::connection_closed);
-    else if (res == -ECANCELED) fail(errc::transport_closed);
-    else fail(error_from_errno(res));
-    maybe_finish();
-    return;
-  }
+  if (completion_ends(res, true)) return;
   decoder_.commit(static_cast<std::size_t>(res));
   stats_.bytes_received += static_cast<std::size_t>(res);
   dispatch_frames();
@@ -311,15 +313,7 @@ void tcp_transport::dispatch_frames() {
 }
 
 void tcp_transport::on_readable(int res) {
-  if (state_ != state::open) {
-    maybe_finish();
-    return;
-  }
-  if (res < 0) {
-    fail(res == -ECANCELED ? make_error_code(errc::transport_closed) : error_from_errno(res));
-    maybe_finish();
-    return;
-  }
+  if (completion_ends(res, false)) return;
   read_ready();
   // While the loop is lent its borrower polls the socket, and nothing need wake the parked
   // reactor thread: the poll is armed again when that thread takes the loop back (poll()).
@@ -358,13 +352,7 @@ void tcp_transport::poll() noexcept {
     read_ready();
     if (state_ == state::open && count_ > 0 && !send_op_.in_flight()) {
       flush_direct();
-      if (state_ == state::open && want_writable_ && queued_bytes_ <= low_watermark_) {
-        want_writable_ = false;
-        ++callbacks_running_;
-        handler_.on_writable();
-        --callbacks_running_;
-        flush_direct();
-      }
+      if (state_ == state::open && notify_writable_if_drained()) flush_direct();
     }
     maybe_finish();  // may destroy this transport (on_closed)
     return;

@@ -156,6 +156,8 @@ class tcp_transport final : public transport, private loop_poller {
   void on_send(int res, std::uint32_t flags);
   void on_recv(int res, std::uint32_t flags);
   void on_readable(int res);
+  bool completion_ends(int res, bool eof_at_zero) noexcept;
+  bool notify_writable_if_drained();
   void read_ready();
   void dispatch_frames();
   // loop_poller: a borrower reads the socket on each of its turns (readiness_ only).

@@ -14,29 +14,15 @@
 
 #include "io/io_op.hpp"
 #include "io/reactor.hpp"
+#include "tests/unit/io/reactor_test_support.hpp"
 
 namespace vessel::io {
 namespace {
 
 using namespace std::chrono_literals;
 
-reactor_config lendable(std::chrono::microseconds linger = 1000us) {
-  reactor_config c;
-  c.lendable = true;
-  c.lend_linger = linger;
-  return c;
-}
-
-/// Spins (yielding) until `done()`, at most 10 s; true if it held.
-template <class Pred>
-bool eventually(Pred done) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
+using testing::eventually;
+using testing::lendable;
 
 /// Posts `fn` and waits until it ran (on whichever thread holds the loop).
 template <class Fn>

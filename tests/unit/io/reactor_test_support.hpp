@@ -39,6 +39,31 @@ inline std::size_t thread_count() {
   return n;
 }
 
+/// Waits (not driving any loop) until `done()`, at most 10 s; true if it held. Between looks it
+/// yields, or sleeps `pause` when one is given (when the loop's owner needs the core meanwhile).
+template <class Pred>
+bool eventually(Pred done, std::chrono::microseconds pause = std::chrono::microseconds::zero()) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    if (pause > std::chrono::microseconds::zero()) {
+      std::this_thread::sleep_for(pause);
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  return true;
+}
+
+/// A reactor whose loop callers may borrow (caller-driven progress).
+inline reactor_config lendable(
+    std::chrono::microseconds linger = std::chrono::microseconds{1000}) {
+  reactor_config c;
+  c.lendable = true;
+  c.lend_linger = linger;
+  return c;
+}
+
 /// A driven-mode config, with every optional path or none.
 inline reactor_config driven(bool better_paths) {
   reactor_config c;

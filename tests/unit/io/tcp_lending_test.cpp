@@ -16,6 +16,7 @@
 
 #include "io/errc.hpp"
 #include "io/tcp_transport.hpp"
+#include "tests/unit/io/reactor_test_support.hpp"
 #include "tests/unit/io/tcp_test_support.hpp"
 #include "wire/stream_decoder.hpp"
 
@@ -24,12 +25,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-reactor_config lendable() {
-  reactor_config c;
-  c.lendable = true;
-  c.lend_linger = 1ms;
-  return c;
-}
+using testing::lendable;
 
 /// What the transport delivered, and on which side of the lending it ran (loop owner only,
 /// except the atomics the test thread polls while the reactor thread holds the loop).
@@ -85,15 +81,11 @@ bool turn_until(reactor& r, Pred done) {
   return true;
 }
 
-/// Waits (not driving the loop) until `done()`, at most 10 s.
+/// Waits (not driving the loop) until `done()`, at most 10 s, sleeping between looks so that the
+/// reactor thread gets the core.
 template <class Pred>
 bool eventually(Pred done) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(100us);
-  }
-  return true;
+  return testing::eventually(done, 100us);
 }
 
 /// A lendable reactor, a socketpair, and a transport on one end (built by a borrower).
