@@ -290,35 +290,61 @@ struct comm::impl {
   }
 
   /// Parses the first chunk and takes the rest of the message from the same source and tag.
-  recv_status finish_receive(p2p_request& first, const std::function<void(std::size_t)>& size_known,
+  /// `size_known(total)` returns where the whole message goes, or an empty span: the chunks then
+  /// go to `sink` (offset in the message, bytes) from the pool blocks they arrive in. Chunks
+  /// posted with a destination land there in place (make_receive_into) and skip the sink; a
+  /// first chunk that landed must have been posted with the same destination.
+  recv_status finish_receive(p2p_request& first,
+                             const std::function<std::span<std::byte>(std::size_t)>& size_known,
                              const chunk_sink& sink) {
-    if (first.payload.size() < header_bytes) {
+    chunk_header h;
+    std::size_t got = 0;  // bytes of the message the first chunk carried
+    if (first.length < header_bytes) {
       throw_failed(rank(), "receive from", first.source, first.matched_tag,
                    actors::comm_errc::message_too_large);  // not a comm message
     }
-    chunk_header h;
-    std::memcpy(&h, first.payload.data(), header_bytes);
+    if (first.landed) {
+      std::memcpy(&h, first.head.data(), header_bytes);
+    } else {
+      std::memcpy(&h, first.payload.data(), header_bytes);
+    }
+    got = first.length - header_bytes;
     recv_status st{first.source, first.matched_tag, static_cast<std::size_t>(h.total),
                    first.message_id};
     const bool lent_chunks = (h.offset & lent_layout) != 0;
     const std::size_t lent_step = static_cast<std::size_t>(h.offset & ~lent_layout);
-    std::size_t got = first.payload.size() - header_bytes;
-    if (lent_chunks && (got != 0 || lent_step == 0)) {
+    // A first chunk starts the message; a lent one carries nothing but the header.
+    if ((lent_chunks && (got != 0 || lent_step == 0)) || (!lent_chunks && h.offset != 0) ||
+        got > st.bytes) {
       throw_failed(rank(), "receive from", st.source, st.tag, actors::comm_errc::message_too_large);
     }
-    size_known(st.bytes);
-    sink(0, first.payload.bytes().subspan(header_bytes));
+    const std::span<std::byte> destination = size_known(st.bytes);
+    if (!first.landed) sink(0, first.payload.bytes().subspan(header_bytes));
     first.payload.reset();
 
     // Post the remaining chunks' receives ahead, chunk_window at a time: they match in order.
-    const std::size_t step = lent_chunks ? lent_step : chunk_payload();
-    const std::size_t remaining = st.bytes > got ? (st.bytes - got + step - 1) / step : 0;
+    // Every chunk but the last is the sender's chunk size (its pool may differ from ours): the
+    // first chunk's, or the lent layout's.
+    const std::size_t step = lent_chunks ? lent_step : got;
+    const std::size_t base = lent_chunks ? 0 : got;  // where chunk i of the rest starts
+    const std::size_t remaining =
+        st.bytes > got && step > 0 ? (st.bytes - got + step - 1) / step : 0;
+    if (st.bytes > got && step == 0) {
+      throw_failed(rank(), "receive from", st.source, st.tag, actors::comm_errc::message_too_large);
+    }
+    auto chunk_at = [&](std::size_t i) { return base + i * step; };
+    auto chunk_length = [&](std::size_t i) { return std::min(step, st.bytes - chunk_at(i)); };
     std::array<p2p_request, chunk_window> slots;
     std::size_t posted = 0;
     std::error_code failed;
     auto post = [&] {
       p2p_request& s = slots[posted % chunk_window];
-      p2p_request::make_receive(s, st.source, st.tag);
+      if (destination.empty()) {
+        p2p_request::make_receive(s, st.source, st.tag);
+      } else {
+        p2p_request::make_receive_into(s, st.source, st.tag, lent_chunks ? 0 : header_bytes,
+                                       destination.subspan(chunk_at(posted), chunk_length(posted)));
+      }
       rt->submit(s);
       ++posted;
     };
@@ -329,20 +355,23 @@ struct comm::impl {
       if (s.error) {
         if (!failed) failed = s.error;
       } else if (!failed && lent_chunks) {
-        // Bare bytes, in order; a chunk that overruns the announced total is not ours to copy.
-        const std::size_t at = i * step;
-        if (s.payload.size() > st.bytes - std::min(at, st.bytes)) {
+        // Bare bytes, in order; a chunk that is not where the layout says is not ours to copy.
+        if (s.length != chunk_length(i)) {
           failed = actors::comm_errc::message_too_large;
-        } else {
-          sink(at, s.payload.bytes());
+        } else if (!s.landed) {
+          sink(chunk_at(i), s.payload.bytes());
         }
       } else if (!failed) {
-        if (s.payload.size() < header_bytes) {
+        chunk_header c;
+        if (s.length < header_bytes) {
           failed = actors::comm_errc::message_too_large;
         } else {
-          chunk_header c;
-          std::memcpy(&c, s.payload.data(), header_bytes);
-          sink(static_cast<std::size_t>(c.offset), s.payload.bytes().subspan(header_bytes));
+          std::memcpy(&c, s.landed ? s.head.data() : s.payload.data(), header_bytes);
+          if (c.offset != chunk_at(i) || s.length - header_bytes != chunk_length(i)) {
+            failed = actors::comm_errc::message_too_large;
+          } else if (!s.landed) {
+            sink(chunk_at(i), s.payload.bytes().subspan(header_bytes));
+          }
         }
       }
       s.payload.reset();
@@ -364,12 +393,17 @@ struct comm::impl {
                         std::chrono::milliseconds timeout) {
     actors::runtime& r = live();
     p2p_request first;
-    p2p_request::make_receive(first, src, tag);
+    // The first chunk lands in the buffer when it fits: header apart, its bytes at offset 0.
+    p2p_request::make_receive_into(first, src, tag, header_bytes, buffer);
     r.submit(first);
     await_first(first, deadline_after(timeout), timeout);
     bool fits = true;
     recv_status st = finish_receive(
-        first, [&](std::size_t total) { fits = total <= buffer.size(); },
+        first,
+        [&](std::size_t total) {
+          fits = total <= buffer.size();
+          return fits ? buffer.first(total) : std::span<std::byte>{};
+        },
         [&](std::size_t offset, std::span<const std::byte> bytes) {
           if (fits && !bytes.empty())
             std::memcpy(buffer.data() + offset, bytes.data(), bytes.size());
@@ -387,7 +421,11 @@ struct comm::impl {
   std::vector<std::byte> recv_vector(p2p_request& first, recv_status* status) {
     std::vector<std::byte> out;
     recv_status st = finish_receive(
-        first, [&](std::size_t total) { out.resize(total); },
+        first,
+        [&](std::size_t total) {
+          out.resize(total);
+          return std::span<std::byte>{out};
+        },
         [&](std::size_t offset, std::span<const std::byte> bytes) {
           if (!bytes.empty()) std::memcpy(out.data() + offset, bytes.data(), bytes.size());
         });
@@ -550,7 +588,7 @@ struct comm::impl {
                       std::chrono::milliseconds timeout, const chunk_sink& sink) {
     await_first(first, deadline, timeout);
     finish_receive(
-        first, [](std::size_t) {}, sink);
+        first, [](std::size_t) { return std::span<std::byte>{}; }, sink);
   }
 
   /// Reduces the elements [offset / sizeof(T), ...) of `acc` with the bytes of one received

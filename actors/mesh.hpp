@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -60,6 +61,26 @@ struct inbound_message {
   std::uint64_t tag = 0;
   std::uint64_t message_id = 0;  ///< per (src, dst) link, from 1, in send order
   io::buffer_slice payload;      ///< a block of the mesh's pool; keep it as long as needed
+  /// The message went to the destination mesh_observer::on_message_begin gave for it: `payload`
+  /// is empty and `length` says how many bytes landed there.
+  bool landed = false;
+  std::uint64_t length = 0;  ///< landed: the bytes in the destination (else payload.size())
+};
+
+/// The first fragment of a message has arrived (mesh_observer::on_message_begin).
+struct message_start {
+  std::uint32_t src = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t message_id = 0;
+  std::uint64_t length = 0;  ///< the whole message's bytes
+};
+
+/// Where a message's bytes go instead of a block of the mesh's pool: its first head.size() bytes
+/// into `head`, the rest into `body` (together at least the message's length). Empty: the pool.
+struct message_destination {
+  std::span<std::byte> head;
+  std::span<std::byte> body;
+  bool empty() const noexcept { return head.data() == nullptr && body.data() == nullptr; }
 };
 
 /// What a peer link is doing; reported through mesh_observer::on_peer_state.
@@ -83,6 +104,17 @@ class mesh_observer {
   /// One whole message. Call mesh::release(src, payload.size()) once done with its bytes (a
   /// message to self needs no release but it is harmless).
   virtual void on_message(inbound_message&& m) = 0;
+  /// The first fragment of a message arrived: return where its bytes should land (memory that
+  /// stays valid until on_message or on_message_abandoned names the message), or nothing for a
+  /// block of the pool. One message at a time per peer. Lets a receive posted before its message
+  /// arrives take the bytes without a copy out of the pool (the runtime's p2p receives).
+  virtual message_destination on_message_begin(const message_start& /*m*/) { return {}; }
+  /// A message whose bytes were landing in on_message_begin's destination will not complete:
+  /// `final` when the link went down or closed (nothing more comes from this incarnation), else
+  /// the peer restarted or broke the stream, and a later message may take the destination's
+  /// place. The destination is not written any more.
+  virtual void on_message_abandoned(std::uint32_t /*src*/, std::uint64_t /*message_id*/,
+                                    bool /*final*/) {}
   /// A peer changed state; `why` is empty for connecting/up.
   virtual void on_peer_state(std::uint32_t peer, peer_state s, std::error_code why) = 0;
   /// After send(peer, ...) said link_would_block: the link has room again.

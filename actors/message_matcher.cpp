@@ -96,6 +96,25 @@ result<std::optional<message_matcher::completion>> message_matcher::arrive(p2p_m
   return std::optional<completion>{};
 }
 
+std::optional<message_matcher::pending_receive> message_matcher::oldest_fit(
+    std::uint32_t source, std::uint64_t tag) const noexcept {
+  if (source >= config_.world_size) return std::nullopt;
+  for (std::uint32_t i = pending_all_.head; i != nil; i = pending_[i].next) {
+    const pending_node& n = pending_[i];
+    if (fits(n.source, n.tag, source, tag)) return pending_receive{make_id(i, n.generation), n.cookie};
+  }
+  return std::nullopt;
+}
+
+bool message_matcher::claim(receive_id id) noexcept {
+  if (!cancel(id)) return false;
+  --stats_.cancelled;  // cancel() counted it; it is a match
+  ++stats_.arrived;
+  ++stats_.matched_on_arrival;
+  ++stats_.claimed;
+  return true;
+}
+
 const p2p_message* message_matcher::probe(std::uint32_t source, std::uint64_t tag) const noexcept {
   const std::uint32_t hit = find_unexpected(source, tag);
   return hit == nil ? nullptr : &unexpected_[hit].message;

@@ -76,6 +76,7 @@ struct matcher_stats {
   std::uint64_t arrived = 0;
   std::uint64_t matched_on_arrival = 0;  ///< found a pending receive
   std::uint64_t matched_on_post = 0;     ///< a receive found an unexpected message
+  std::uint64_t claimed = 0;  ///< of matched_on_arrival: landed in the receive's own buffer
   std::uint64_t cancelled = 0;
   std::uint64_t credit_withheld = 0;  ///< messages buffered past the bound
   std::uint64_t backpressure_episodes = 0;
@@ -111,6 +112,22 @@ class message_matcher {
   /// nullopt when it was queued as unexpected. Fails (and drops the message) with
   /// errc::source_out_of_range when its source is not a rank of the world.
   result<std::optional<completion>> arrive(p2p_message&& message);
+
+  /// A pending receive, as oldest_fit() names it.
+  struct pending_receive {
+    receive_id id = 0;
+    std::uint64_t cookie = 0;
+  };
+  /// The pending receive that a message from `source` with `tag` would complete if it arrived
+  /// now (the oldest that fits), without taking it: the owner looks first at whether the message
+  /// may land straight in that receive's buffer. nullopt when none, or `source` is out of range.
+  std::optional<pending_receive> oldest_fit(std::uint32_t source,
+                                            std::uint64_t tag) const noexcept;
+  /// Takes the pending receive `id` for a message that has begun to arrive and will land in the
+  /// receive's own buffer (counted as arrived and matched on arrival). The matcher never holds
+  /// that message, so returning its credit is the owner's job once it is complete. False if `id`
+  /// is not pending.
+  bool claim(receive_id id) noexcept;
 
   /// Removes a pending receive (a timeout). False if it is not pending (already completed or
   /// cancelled): the caller then owns whatever completed it.

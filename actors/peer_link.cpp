@@ -231,12 +231,17 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
     return fail(make_error_code(errc::mesh_protocol_error), "data frame with wrong src/dst");
   }
   const bool first = data.fragment_index == 0;
+  message_destination landing;
   if (first) {
     if (data.total_len > owner_.pool.max_block_size()) {
       return fail(make_error_code(errc::mesh_message_too_large), "message over the largest block");
     }
-    reassembly_block_ = owner_.pool.try_acquire(data.total_len);
-    if (!reassembly_block_) {
+    abandon_landing(false);  // one message at a time: a new first fragment ends the old one
+    landing = owner_.observer.on_message_begin(
+        message_start{peer_, data.tag, data.message_id, data.total_len});
+    if (!landing.empty()) {
+      landing_message_ = data.message_id;
+    } else if (reassembly_block_ = owner_.pool.try_acquire(data.total_len); !reassembly_block_) {
       // Not accepted yet: the peer resends it after the reconnect, by when blocks may be back.
       log::get("actors").warn("link to rank {}: no pool block for a {}-byte message; reconnecting",
                               peer_, data.total_len);
@@ -246,10 +251,16 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
   }
   auto verdict = receiver_.on_frame(header, now());
   if (!verdict) return fail(verdict.error(), "bad data frame");
-  if (verdict.value() == receive_verdict::duplicate) return;
+  if (verdict.value() == receive_verdict::duplicate) {
+    if (first) abandon_landing(false);
+    return;
+  }
   if (first) {
-    auto begun = reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
-                                    reassembly_block_.bytes());
+    auto begun = landing.empty()
+                     ? reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
+                                          reassembly_block_.bytes())
+                     : reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
+                                          landing.head, landing.body);
     if (!begun) return fail(begun.error(), "bad message layout");
     in_progress_charged_ = 0;
   } else if (!reassembler_.active() || reassembler_.message_id() != data.message_id) {
@@ -275,9 +286,11 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
   in_progress_charged_ = 0;
   delivered_unreleased_ += data.total_len;
   ++stats_.messages_received;
-  inbound_message m{peer_, data.tag, data.message_id,
-                    std::move(reassembly_block_).slice(0, data.total_len)};
+  inbound_message m{peer_, data.tag, data.message_id, {}, landing_message_.has_value(),
+                    data.total_len};
+  if (!m.landed) m.payload = std::move(reassembly_block_).slice(0, data.total_len);
   reassembly_block_.reset();
+  landing_message_.reset();
   owner_.observer.on_message(std::move(m));
 }
 
@@ -485,6 +498,7 @@ void peer_link::go_down(std::error_code why) {
   // Down is final for this incarnation: nothing kept for a resend ever goes, and a send that lent
   // its memory (comm's send_lent) waits for these handles.
   sender_.drop_payloads();
+  abandon_landing(true);
   // What waits for this peer will never go: release the app's blocks.
   while (queue_count_ > 0) {
     queue_[queue_head_].payload.reset();
@@ -500,7 +514,16 @@ void peer_link::fail(std::error_code why, const char* what) {
   go_down(why);
 }
 
+void peer_link::abandon_landing(bool final) {
+  if (!landing_message_) return;
+  const std::uint64_t id = *landing_message_;
+  landing_message_.reset();
+  reassembler_ = wire::reassembler{reassembly_limits_for(owner_)};  // writes there no more
+  owner_.observer.on_message_abandoned(peer_, id, final);
+}
+
 void peer_link::reset_streams() {
+  abandon_landing(false);
   sender_ = link_sender{sender_config(owner_.config)};
   receiver_ = link_receiver{receiver_config(owner_.config)};
   reassembler_ = wire::reassembler{reassembly_limits_for(owner_)};
@@ -596,6 +619,7 @@ void peer_link::close() {
   if (timer_op_.in_flight()) owner_.reactor.cancel(timer_op_);
   stalled_.reset();
   sender_.drop_payloads();  // nothing is resent after close: lent memory goes back
+  abandon_landing(true);
   while (queue_count_ > 0) {
     queue_[queue_head_].payload.reset();
     queue_head_ = (queue_head_ + 1) % queue_.size();

@@ -118,6 +118,9 @@ class peer_link {
   void lost_connection(std::error_code why);
   void go_down(std::error_code why);
   void reset_streams();
+  /// The message in progress was landing in the observer's memory: stop writing there and say
+  /// so (mesh_observer::on_message_abandoned).
+  void abandon_landing(bool final);
   void start_dialing();
   void arm_down_poll();
 
@@ -147,6 +150,8 @@ class peer_link {
 
   // Receive side: the message being reassembled, and the overdraft (see mesh.hpp).
   io::buffer reassembly_block_;
+  // The message in progress lands in memory the observer gave (on_message_begin), not a block.
+  std::optional<std::uint64_t> landing_message_;
   std::uint64_t delivered_unreleased_ = 0;  // bytes of delivered messages not yet released
   std::uint64_t overdraft_ = 0;             // bytes reported consumed before the app released
   std::uint64_t overdraft_message_ = 0;     // message id that holds the overdraft (0: none)

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 #include <utility>
+#include <algorithm>
 
 #include "actors/auth.hpp"
 #include "actors/comm_errc.hpp"
@@ -131,7 +132,20 @@ void p2p_request::make_receive(p2p_request& r, std::uint32_t source, std::uint64
   r.source = 0;
   r.matched_tag = 0;
   r.message_id = 0;
+  r.length = 0;
+  r.landed = false;
+  r.lands = false;
+  r.head_bytes = 0;
+  r.into = {};
   r.state_.store(0, std::memory_order_relaxed);
+}
+
+void p2p_request::make_receive_into(p2p_request& r, std::uint32_t source, std::uint64_t tag,
+                                    std::size_t head_bytes, std::span<std::byte> into) noexcept {
+  make_receive(r, source, tag);
+  r.lands = true;
+  r.head_bytes = std::min(head_bytes, max_head_bytes);
+  r.into = into;
 }
 
 void p2p_request::complete(std::error_code ec) noexcept {
@@ -365,6 +379,7 @@ detailed_result<void> runtime::boot(const env_view& env) {
   backlog_.resize(world_);
   sent_ids_.assign(world_, 0);
   down_.assign(world_, false);
+  claimed_.assign(world_, nullptr);
   peer_states_ = std::make_unique<std::atomic<std::uint8_t>[]>(world_);
   peer_restarts_ = std::make_unique<std::atomic<std::uint64_t>[]>(world_);
   for (std::uint32_t p = 0; p < world_; ++p) {
@@ -555,8 +570,7 @@ void runtime::flush() noexcept {
       continue;
     }
     if (q.cancel) {
-      cancel_receive(r);
-      ack_cancel(r);
+      if (cancel_receive(r)) ack_cancel(r);
     } else if (r.what == p2p_request::kind::send) {
       start_send(r);
     } else {
@@ -611,6 +625,7 @@ void runtime::start_receive(p2p_request& r) {
     r.source = m.source;
     r.matched_tag = m.tag;
     r.message_id = m.message_id;
+    r.length = m.payload.size();
     r.payload = std::move(m.payload);
     r.complete({});
     return;
@@ -624,12 +639,26 @@ void runtime::start_receive(p2p_request& r) {
   link_pending(r);
 }
 
-void runtime::cancel_receive(p2p_request& r) {
-  if (!r.pending_) return;  // already completed: its waiter sees the result
+bool runtime::cancel_receive(p2p_request& r) {
+  if (r.claimed_) {
+    // Its message is landing in the caller's memory, which must stay untouched once cancel()
+    // returns: the cancel waits for the message (it then completes with it) or its abandonment.
+    r.cancel_deferred_ = true;
+    return false;
+  }
+  if (!r.pending_) return true;  // already completed: its waiter sees the result
   if (matcher_->cancel(r.receive_)) {
     unlink_pending(r);
     r.complete(comm_errc::receive_cancelled);
   }
+  return true;
+}
+
+void runtime::settle_claimed(p2p_request& r, std::error_code ec) noexcept {
+  r.claimed_ = false;
+  const bool cancelled = std::exchange(r.cancel_deferred_, false);
+  r.complete(ec);
+  if (cancelled) ack_cancel(r);  // its canceller owns `r` and waits for this
 }
 
 void runtime::link_pending(p2p_request& r) noexcept {
@@ -651,6 +680,9 @@ void runtime::unlink_pending(p2p_request& r) noexcept {
 }
 
 void runtime::fail_everything(std::error_code ec) {
+  for (p2p_request*& claimed : claimed_) {
+    if (claimed != nullptr) settle_claimed(*std::exchange(claimed, nullptr), ec);
+  }
   while (pending_head_ != nullptr && matcher_) {
     p2p_request& r = *pending_head_;
     matcher_->cancel(r.receive_);
@@ -666,9 +698,57 @@ void runtime::fail_everything(std::error_code ec) {
   }
 }
 
+message_destination runtime::on_message_begin(const message_start& m) {
+  if (!matcher_ || closing_) return {};
+  const auto fit = matcher_->oldest_fit(m.src, m.tag);
+  if (!fit) return {};
+  auto& r = *reinterpret_cast<p2p_request*>(static_cast<std::uintptr_t>(fit->cookie));
+  if (!r.lands || m.length > r.head_bytes + r.into.size() || claimed_[m.src] != nullptr) return {};
+  if (!matcher_->claim(fit->id)) return {};
+  unlink_pending(r);
+  r.claimed_ = true;
+  claimed_[m.src] = &r;
+  return {std::span{r.head}.first(r.head_bytes), r.into};
+}
+
+void runtime::on_message_abandoned(std::uint32_t src, std::uint64_t message_id, bool final) {
+  if (src >= world_ || claimed_[src] == nullptr) return;
+  p2p_request& r = *std::exchange(claimed_[src], nullptr);
+  logger().debug("rank {}: message {} from rank {} abandoned while landing{}", rank_, message_id,
+                 src, final ? " (link down)" : "");
+  if (closing_ || shut_down_.load(std::memory_order_relaxed) || !matcher_) {
+    settle_claimed(r, comm_errc::shutting_down);
+  } else if (r.cancel_deferred_) {
+    settle_claimed(r, comm_errc::receive_cancelled);
+  } else if (final && r.peer == src) {
+    settle_claimed(r, comm_errc::peer_down);
+  } else {
+    // Lost with the peer's old incarnation (or, for any source, with a dead peer): wait again,
+    // behind the receives posted since.
+    r.claimed_ = false;
+    start_receive(r);
+  }
+}
+
 void runtime::on_message(inbound_message&& m) {
   const std::uint32_t src = m.src;
   const std::size_t bytes = m.payload.size();
+  if (m.landed) {
+    p2p_request* r = src < world_ ? std::exchange(claimed_[src], nullptr) : nullptr;
+    if (r == nullptr) {  // settled already (shutdown); else a bug: begin claims every landing
+      if (!closing_) logger().error("rank {}: message {} from rank {} landed for no receive", rank_,
+                     m.message_id, src);
+      return;
+    }
+    mesh_->release(src, static_cast<std::size_t>(m.length));  // its bytes are the app's now
+    r->source = src;
+    r->matched_tag = m.tag;
+    r->message_id = m.message_id;
+    r->length = static_cast<std::size_t>(m.length);
+    r->landed = true;
+    settle_claimed(*r, {});
+    return;
+  }
   if (!matcher_) return;  // shutting down: the message dies with its block
   auto arrived = matcher_->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
   if (!arrived) {
@@ -684,6 +764,7 @@ void runtime::on_message(inbound_message&& m) {
   r.source = done.message.source;
   r.matched_tag = done.message.tag;
   r.message_id = done.message.message_id;
+  r.length = done.message.payload.size();
   r.payload = std::move(done.message.payload);
   r.complete({});
 }

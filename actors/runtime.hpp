@@ -16,6 +16,7 @@
 // queue until on_writable, so a blocking sender blocks and memory stays bounded. Received bytes
 // are credited back when the matcher says so (actors/message_matcher.hpp).
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -25,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -54,6 +56,13 @@ class p2p_request {
                         io::buffer_slice payload) noexcept;
   /// A receive from `source` (or any_source) with `tag` (or any_tag).
   static void make_receive(p2p_request& r, std::uint32_t source, std::uint64_t tag) noexcept;
+  /// A receive whose message, when it is matched as it begins to arrive (the receive was
+  /// posted first) and fits, lands in place: its first `head_bytes` (<= max_head_bytes) bytes in
+  /// `head`, the rest in `into`, with no copy through a pool block; `landed` then says so and
+  /// `payload` stays empty. A message that does not fit, or that was already waiting, arrives
+  /// in `payload` as with make_receive. `into` must stay valid until done().
+  static void make_receive_into(p2p_request& r, std::uint32_t source, std::uint64_t tag,
+                                std::size_t head_bytes, std::span<std::byte> into) noexcept;
 
   p2p_request() = default;
   p2p_request(const p2p_request&) = delete;
@@ -84,6 +93,15 @@ class p2p_request {
   std::uint32_t source = 0;       ///< receive: who sent it
   std::uint64_t matched_tag = 0;  ///< receive: its tag
   std::uint64_t message_id = 0;   ///< receive: the link's message id; send: ours, per peer
+  std::size_t length = 0;         ///< receive: the message's bytes (in payload, or landed)
+  bool landed = false;            ///< receive: the message is in head and into, not in payload
+
+  // -- make_receive_into's destination.
+  static constexpr std::size_t max_head_bytes = 16;
+  std::array<std::byte, max_head_bytes> head{};
+  std::size_t head_bytes = 0;
+  std::span<std::byte> into;
+  bool lands = false;  ///< made by make_receive_into
 
  private:
   friend class runtime;
@@ -101,6 +119,8 @@ class p2p_request {
   p2p_request* prev_ = nullptr;  // pending receives, for failing those of a peer gone down
   p2p_request* next_ = nullptr;
   bool pending_ = false;
+  bool claimed_ = false;         // its message is landing in place (runtime::claimed_)
+  bool cancel_deferred_ = false; // cancelled while claimed: acked once the message settles
 };
 
 /// How a runtime starts. Every key with its default; apply_env() reads the VESSEL_* overrides.
@@ -217,6 +237,8 @@ class runtime : private mesh_observer, private credit_sink {
   void on_message(inbound_message&& m) override;
   void on_peer_state(std::uint32_t peer, peer_state s, std::error_code why) override;
   void on_writable(std::uint32_t peer) override;
+  message_destination on_message_begin(const message_start& m) override;
+  void on_message_abandoned(std::uint32_t src, std::uint64_t message_id, bool final) override;
   // credit_sink (reactor thread)
   void release(std::uint32_t source, std::size_t bytes) override;
   void on_backpressure(bool over_bound) override;
@@ -228,7 +250,10 @@ class runtime : private mesh_observer, private credit_sink {
   void flush() noexcept;
   void start_send(p2p_request& r);
   void start_receive(p2p_request& r);
-  void cancel_receive(p2p_request& r);
+  /// False when `r` is landing in place: the cancel is acked when its message settles.
+  bool cancel_receive(p2p_request& r);
+  /// Completes a request claimed by a landing message and acks a cancel deferred on it.
+  static void settle_claimed(p2p_request& r, std::error_code ec) noexcept;
   static void ack_cancel(p2p_request& r) noexcept;
   void drain_backlog(std::uint32_t peer);
   void link_pending(p2p_request& r) noexcept;
@@ -270,6 +295,7 @@ class runtime : private mesh_observer, private credit_sink {
   std::vector<std::uint64_t> sent_ids_;            // per peer: our message ids
   std::vector<bool> down_;
   p2p_request* pending_head_ = nullptr;
+  std::vector<p2p_request*> claimed_;  // per peer: the receive its landing message fills
   bool closing_ = false;
 
   // Waiters for a send block (the pool's available-callback wakes them).

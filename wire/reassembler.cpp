@@ -8,12 +8,18 @@ namespace vessel::wire {
 
 result<void> reassembler::begin(std::uint64_t message_id, std::uint64_t total_len,
                                  std::uint32_t fragment_count, std::span<std::byte> dst) {
+  return begin(message_id, total_len, fragment_count, {}, dst);
+}
+
+result<void> reassembler::begin(std::uint64_t message_id, std::uint64_t total_len,
+                                 std::uint32_t fragment_count, std::span<std::byte> head,
+                                 std::span<std::byte> body) {
   if (total_len > limits_.max_message_bytes) return reject(errc::message_too_large);
   if (fragment_count > limits_.max_fragments) return reject(errc::too_many_fragments);
   if (fragment_count == 0 || fragment_count > std::max<std::uint64_t>(total_len, 1)) {
     return reject(errc::bad_field);
   }
-  if (dst.size() < total_len) return reject(errc::buffer_too_small);
+  if (head.size() + body.size() < total_len) return reject(errc::buffer_too_small);
 
   const std::size_t words = (std::size_t{fragment_count} + 63) / 64;
   if (words > bitmap_words_capacity_) {
@@ -29,7 +35,8 @@ result<void> reassembler::begin(std::uint64_t message_id, std::uint64_t total_le
   fragment_count_ = fragment_count;
   received_ = 0;
   fragment_size_ = k_unknown_size;
-  dst_ = dst.first(static_cast<std::size_t>(total_len));
+  head_ = head.first(std::min<std::size_t>(head.size(), static_cast<std::size_t>(total_len)));
+  body_ = body.first(static_cast<std::size_t>(total_len) - head_.size());
   ++counters_.messages;
   return outcome::success();
 }
@@ -56,7 +63,18 @@ result<fragment_status> reassembler::accept(std::uint32_t fragment_index,
   }
   word |= bit;
   ++received_;
-  if (length != 0) std::memcpy(dst_.data() + offset, payload.data(), payload.size());
+  if (length != 0) {
+    // fits_layout bounded [offset, offset + length) by total_len = head + body.
+    std::size_t at = static_cast<std::size_t>(offset);
+    std::span<const std::byte> rest = payload;
+    if (at < head_.size()) {
+      const std::size_t n = std::min(rest.size(), head_.size() - at);
+      std::memcpy(head_.data() + at, rest.data(), n);
+      rest = rest.subspan(n);
+      at += n;
+    }
+    if (!rest.empty()) std::memcpy(body_.data() + (at - head_.size()), rest.data(), rest.size());
+  }
   ++counters_.fragments;
   counters_.bytes += length;
   if (received_ == fragment_count_) ++counters_.completed;

@@ -75,6 +75,14 @@ class reassembler {
   result<void> begin(std::uint64_t message_id, std::uint64_t total_len,
                      std::uint32_t fragment_count, std::span<std::byte> dst);
 
+  /// begin() into a destination in two parts: the message's first head.size() bytes (or all of
+  /// it, if shorter) go to `head`, the rest to `body` (a receive that keeps a small header apart
+  /// from the bytes it lands in the app's buffer). buffer_too_small unless both together hold
+  /// total_len.
+  result<void> begin(std::uint64_t message_id, std::uint64_t total_len,
+                     std::uint32_t fragment_count, std::span<std::byte> head,
+                     std::span<std::byte> body);
+
   /// Copies fragment `fragment_index` (its payload, at byte `offset`) into the destination.
   /// `fragment_count` and `total_len` are the fragment header's, checked against begin()'s.
   /// Errors, after which nothing was written: fragment_mismatch if no message is in progress, or
@@ -100,8 +108,8 @@ class reassembler {
   std::uint32_t fragment_count() const noexcept { return fragment_count_; }
   /// Distinct fragments of the message in progress received so far.
   std::uint32_t received_fragments() const noexcept { return received_; }
-  /// The destination given to begin(), cut to total_len.
-  std::span<std::byte> data() const noexcept { return dst_; }
+  /// The destination given to begin(), cut to total_len (the body, for a two-part one).
+  std::span<std::byte> data() const noexcept { return body_; }
 
   const reassembly_counters& counters() const noexcept { return counters_; }
   const reassembly_limits& limits() const noexcept { return limits_; }
@@ -127,7 +135,8 @@ class reassembler {
   // Bytes in every fragment but the last; learnt from the first fragment that fixes it (any
   // fragment of a multi-fragment message does), k_unknown_size until then.
   std::uint64_t fragment_size_ = k_unknown_size;
-  std::span<std::byte> dst_;
+  std::span<std::byte> head_;  // the message's first head_.size() bytes
+  std::span<std::byte> body_;  // the rest
 };
 
 }  // namespace vessel::wire

@@ -80,6 +80,43 @@ TEST_F(p2p_launch, barrier_and_allreduce_over_5_ranks) {
   expect_all_ok(run(5, "tcp", {"collectives"}));
 }
 
+TEST_F(p2p_launch, posted_receives_take_messages_in_place_over_tcp_and_shm) {
+  for (const char* transport : {"tcp", "shm"}) {
+    SCOPED_TRACE(transport);
+    launch_result r = run(2, transport, {"land"});
+    expect_all_ok(r);
+    EXPECT_NE(r.outputs[1].find("OK rank 1 land"), std::string::npos) << r.outputs[1];
+    std::printf("%s: %s", transport, r.outputs[1].c_str());
+  }
+}
+
+TEST_F(p2p_launch, posted_receives_take_copied_multi_chunk_messages_in_place) {
+  launch_spec spec;
+  spec.program = P2P_RANKS_PATH;
+  spec.args = {"land"};
+  spec.extra_env = {{"VESSEL_LEND_BYTES", "0"}};  // every chunk carries its own header
+  spec.ranks = 2;
+  spec.timeout = 120s;
+  launch_result r = launch_ranks(spec);
+  expect_all_ok(r);
+  std::printf("%s", r.outputs[1].c_str());
+}
+
+TEST_F(p2p_launch, receives_that_time_out_while_a_message_lands_lose_nothing) {
+  // 1 ms receive timeouts against a paced stream of 1 MiB messages (one chunk each): most land
+  // in a posted receive, and a timeout that falls while one lands (some tens per run, seen
+  // with a probe in the runtime's deferred-cancel branch) waits for it and returns it.
+  launch_spec spec;
+  spec.program = P2P_RANKS_PATH;
+  spec.args = {"timeouts", "60", std::to_string(1 << 20)};
+  spec.extra_env = {{"VESSEL_LEND_BYTES", "0"}};
+  spec.ranks = 2;
+  spec.timeout = 120s;
+  launch_result r = launch_ranks(spec);
+  expect_all_ok(r);
+  std::printf("%s", r.outputs[1].c_str());
+}
+
 TEST_F(p2p_launch, cut_tcp_connection_mid_stream_delivers_each_message_once) {
   // Rank 0 closes its TCP connection to rank 1 three times while streaming 3000 messages of
   // 16 KiB; rank 1 checks it gets 0..2999 once each, in order, and nothing after.

@@ -235,6 +235,108 @@ int cut(vessel::comm& c, int count, std::size_t bytes, int cuts, int min_reconne
   return 0;
 }
 
+/// Rank 1 is blocked in recv before rank 0 sends (rank 0 waits first), so each message's first
+/// chunk lands in the receive's buffer (runtime: make_receive_into) with no pool copy: sizes of
+/// one chunk, several, lent or copied (VESSEL_LEND_BYTES), empty, and one that does not fit
+/// (refused whole; the next message still arrives).
+int land(vessel::comm& c) {
+  check(c.size() >= 2, "land needs 2 ranks");
+  const std::vector<std::size_t> sizes = {std::size_t{1} << 20, (std::size_t{3} << 20) + 1,
+                                          (std::size_t{9} << 20) + 5, 100, 0,
+                                          std::size_t{2} << 20, 4096};
+  const std::size_t too_big_at = 5;  // sizes[5] goes to a 1 MiB buffer
+  if (c.rank() == 0) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<std::byte> out(sizes[i]);
+      fill(out, 40 + i);
+      std::this_thread::sleep_for(100ms);  // rank 1 is in recv by then
+      c.send(out, 1, 7);
+    }
+    std::printf("OK rank 0 land: sent %zu\n", sizes.size());
+  } else if (c.rank() == 1) {
+    std::vector<std::byte> in(std::size_t{16} << 20);
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<std::byte> want(sizes[i]);
+      fill(want, 40 + i);
+      if (i == too_big_at) {
+        bool refused = false;
+        try {
+          c.recv(std::span{in}.first(std::size_t{1} << 20), 0, 7, 30s);
+        } catch (const vessel::comm_error& e) {
+          refused = e.code() == vessel::actors::comm_errc::buffer_too_small;
+        }
+        check(refused, "a message larger than the buffer must be refused");
+        continue;
+      }
+      std::fill(in.begin(), in.end(), std::byte{0x5a});
+      const vessel::recv_status st = c.recv(in, 0, 7, 30s);
+      check(st.bytes == sizes[i], "size of message " + std::to_string(i));
+      check(std::equal(want.begin(), want.end(), in.begin()), "bytes of message " + std::to_string(i));
+      check(in[sizes[i]] == std::byte{0x5a}, "nothing written past message " + std::to_string(i));
+    }
+    const auto m = c.matching_stats();
+    std::printf("OK rank 1 land: chunks arrived %llu, landed in place %llu\n",
+                static_cast<unsigned long long>(m.arrived),
+                static_cast<unsigned long long>(m.claimed));
+    // Every message's first chunk but the refused one's was posted before it arrived.
+    check(m.claimed >= sizes.size() - 1, "first chunks landed in place");
+  }
+  return 0;
+}
+
+/// Rank 1 receives a stream of large messages with receives that time out every millisecond:
+/// many time out while a message is landing in their buffer, whose cancel must then wait for
+/// that message (and return it) rather than leave the link writing into a buffer the caller
+/// reuses. Every message arrives once, in order, intact.
+int timeouts(vessel::comm& c, int count, std::size_t bytes) {
+  check(c.size() >= 2, "timeouts needs 2 ranks");
+  check(bytes >= 16, "timeouts needs messages of at least 16 bytes");
+  // One pattern, stamped with the message's index at both ends: cheap to make and to check.
+  // A receiver that falls behind stays behind (what waits in the pool costs it a copy more), so
+  // the sender also pauses: most receives are then posted before their message arrives.
+  std::vector<std::byte> pattern(bytes);
+  fill(pattern, 1000);
+  auto stamp = [&](std::vector<std::byte>& m, int i) {
+    std::memcpy(m.data(), &i, sizeof i);
+    std::memcpy(m.data() + m.size() - sizeof i, &i, sizeof i);
+  };
+  if (c.rank() == 0) {
+    std::vector<std::byte> out = pattern;
+    for (int i = 0; i < count; ++i) {
+      stamp(out, i);
+      // Paced: timeouts fall before, during and after the messages' arrival.
+      std::this_thread::sleep_for(std::chrono::microseconds{(i % 5) * 4000});
+      c.send(out, 1, 5);
+    }
+    std::printf("OK rank 0 timeouts: sent %d\n", count);
+  } else if (c.rank() == 1) {
+    std::vector<std::byte> in(bytes), want = pattern;
+    long timed_out = 0;
+    for (int i = 0; i < count;) {
+      try {
+        const vessel::recv_status st = c.recv(in, 0, 5, 1ms);
+        stamp(want, i);
+        check(st.bytes == bytes && in == want, "message " + std::to_string(i) +
+                                                   " lost, reordered or corrupt");
+        ++i;
+      } catch (const vessel::comm_timeout&) {
+        ++timed_out;
+      }
+    }
+    bool extra = false;
+    try {
+      c.recv(in, 0, 5, 300ms);
+      extra = true;
+    } catch (const vessel::comm_timeout&) {
+    }
+    check(!extra, "a message arrived twice");
+    const auto m = c.matching_stats();
+    std::printf("OK rank 1 timeouts: %d messages, %ld receives timed out, %llu chunks landed\n",
+                count, timed_out, static_cast<unsigned long long>(m.claimed));
+  }
+  return 0;
+}
+
 int backpressure(vessel::comm& c, long total_mib, long sleep_ms, long max_rss_mib) {
   check(c.size() >= 2, "backpressure needs 2 ranks");
   const std::size_t chunk = 1u << 20;
@@ -365,7 +467,7 @@ int serve(vessel::comm& c, long ms) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: p2p_ranks allpairs|cut|backpressure|collectives|serve ...");
+  if (argc < 2) die("usage: p2p_ranks allpairs|cut|land|timeouts|backpressure|collectives|serve ...");
   const std::string mode = argv[1];
   auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
   try {
@@ -379,6 +481,10 @@ int main(int argc, char** argv) {
     } else if (mode == "cut") {
       rc = cut(c, static_cast<int>(arg(2, 2000)), static_cast<std::size_t>(arg(3, 4096)),
                static_cast<int>(arg(4, 3)), static_cast<int>(arg(5, 0)));
+    } else if (mode == "timeouts") {
+      rc = timeouts(c, static_cast<int>(arg(2, 100)), static_cast<std::size_t>(arg(3, 2 << 20)));
+    } else if (mode == "land") {
+      rc = land(c);
     } else if (mode == "backpressure") {
       rc = backpressure(c, arg(2, 1024), arg(3, 2000), arg(4, 256));
     } else if (mode == "collectives") {

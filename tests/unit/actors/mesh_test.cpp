@@ -37,11 +37,14 @@ std::vector<planned> all_pairs_script(std::uint32_t self, std::uint32_t world, i
   return s;
 }
 
-void run_all_pairs(mesh_transport t, const std::string& prefix) {
+void run_all_pairs(mesh_transport t, const std::string& prefix, bool land = false) {
   constexpr std::uint32_t world = 3;
   constexpr int per_peer = 60;
   cluster c{world, t, prefix};
   ASSERT_TRUE(c.connect());
+  if (land) {
+    for (auto& n : c.nodes) n->land();
+  }
   for (std::uint32_t i = 0; i < world; ++i) {
     // 5 MiB messages: 20 fragments, more than the 4 MiB window.
     c.nodes[i]->send_all(all_pairs_script(i, world, per_peer, 300000, 5u << 20, 1));
@@ -61,6 +64,9 @@ void run_all_pairs(mesh_transport t, const std::string& prefix) {
       EXPECT_EQ(s.held_bytes, 0u) << "everything delivered was released";
       EXPECT_GT(s.frames_received, std::uint64_t{per_peer}) << "big messages are fragmented";
     }
+    // Messages to self never touch a link, so they never land.
+    EXPECT_EQ(c.nodes[i]->landed(), land ? std::uint64_t{per_peer} * (world - 1) : 0u);
+    EXPECT_TRUE(c.nodes[i]->abandoned().empty());
   }
 }
 
@@ -70,6 +76,44 @@ TEST(mesh, all_pairs_random_sizes_and_tags_arrive_intact_and_in_order_over_tcp) 
 
 TEST(mesh, all_pairs_random_sizes_and_tags_arrive_intact_and_in_order_over_shm) {
   run_all_pairs(mesh_transport::shm, "all-pairs-shm");
+}
+
+TEST(mesh, messages_land_in_the_observers_memory_when_it_gives_a_destination_over_tcp) {
+  run_all_pairs(mesh_transport::tcp, "land-tcp", true);
+}
+
+TEST(mesh, messages_land_in_the_observers_memory_when_it_gives_a_destination_over_shm) {
+  run_all_pairs(mesh_transport::shm, "land-shm", true);
+}
+
+TEST(mesh, a_landing_message_survives_connections_cut_mid_stream) {
+  cluster c{2, mesh_transport::tcp, "cut-land"};
+  ASSERT_TRUE(c.connect());
+  c.nodes[1]->land();
+  constexpr int count = 400;
+  std::vector<planned> a_to_b;
+  for (int i = 0; i < count; ++i) {
+    // Up to 1.2 MiB: several fragments each, so cuts fall inside messages.
+    a_to_b.push_back({1, static_cast<std::uint64_t>(i % 3), 16 + static_cast<std::size_t>(i % 7) * 200000});
+  }
+  c.nodes[0]->send_all(a_to_b);
+  for (int cut = 0; cut < 6; ++cut) {
+    std::this_thread::sleep_for(5ms);
+    auto& n = *c.nodes[cut % 2];
+    test::on_reactor(n.r(), [&] {
+      n.m().drop_connection(cut % 2 == 0 ? 1 : 0);
+      return 0;
+    });
+  }
+  ASSERT_TRUE(c.nodes[1]->wait_received(count)) << c.nodes[1]->received();
+  EXPECT_TRUE(c.nodes[1]->errors().empty()) << c.nodes[1]->errors().front();
+  EXPECT_EQ(c.nodes[1]->landed(), std::uint64_t{count});
+  // A reconnect resends what was missing into the same destination: nothing is abandoned.
+  EXPECT_TRUE(c.nodes[1]->abandoned().empty());
+  const auto s = c.nodes[1]->stats(0);
+  const auto s0 = c.nodes[0]->stats(1);
+  EXPECT_GE(s.reconnects + s0.reconnects, 1u);
+  EXPECT_EQ(s.held_bytes, 0u);
 }
 
 TEST(mesh, connect_fails_naming_the_missing_peer) {
@@ -131,6 +175,36 @@ TEST(mesh, a_peer_that_vanishes_is_reported_down_after_the_reconnect_deadline) {
     return c.nodes[0]->m().send(1, 0, c.nodes[0]->m().pool().try_acquire(64).slice(0, 64));
   });
   EXPECT_EQ(sent.error(), errc::mesh_peer_down);
+}
+
+TEST(mesh, a_landing_message_whose_peer_vanishes_is_abandoned_for_good) {
+  cluster c{2, mesh_transport::tcp, "vanish-land", [](mesh_config& m) {
+              m.reconnect_deadline = 400ms;
+              m.window_bytes = 512u << 10;  // two fragments
+            }};
+  ASSERT_TRUE(c.connect());
+  auto& receiver = *c.nodes[0];
+  // A first message over the window holds the overdraft (kept, not released), so the second
+  // is charged to the window and stalls after its first two fragments, landing in progress.
+  receiver.hold();
+  c.nodes[1]->send_all({{0, 1, 2u << 20}});
+  ASSERT_TRUE(receiver.wait_received(1));
+  receiver.land();
+  c.nodes[1]->send_all({{0, 1, 2u << 20}});
+  const std::uint64_t first_frames = receiver.stats(1).frames_received;
+  for (int i = 0; i < 2000 && receiver.stats(1).frames_received < first_frames + 2; ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_GE(receiver.stats(1).frames_received, first_frames + 2);
+  c.nodes[1]->m().close();
+  ASSERT_TRUE(receiver.wait_state(1, peer_state::down, 20s).has_value());
+  const auto abandoned = receiver.abandoned();
+  ASSERT_EQ(abandoned.size(), 1u);
+  EXPECT_EQ(abandoned[0].first, 1u);
+  EXPECT_TRUE(abandoned[0].second) << "down is final";
+  EXPECT_EQ(receiver.landed(), 0u);
+  EXPECT_EQ(receiver.received(), 1u);
+  receiver.release_held();
 }
 
 TEST(mesh, a_silent_peer_is_reported_down_after_its_deadline) {

@@ -3,6 +3,7 @@
 // through a key-value store served on another reactor; a traffic driver that sends scripted
 // messages with self-checking payloads and a checker that verifies them on receipt.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -118,11 +119,40 @@ class node final : public mesh_observer {
     });
   }
 
+  /// From now on, every message from a peer lands in memory of this node's own (a 16-byte head
+  /// apart, as vessel::comm's receives do) instead of a pool block.
+  void land() {
+    on_reactor(r(), [this] { return land_ = true; });
+  }
+
   // mesh_observer (reactor thread)
+  message_destination on_message_begin(const message_start& m) override {
+    if (!land_) return {};
+    auto& [head, body] = landing_[m.src];
+    body.assign(m.length > head.size() ? m.length - head.size() : 0, std::byte{0});
+    return {head, body};
+  }
+  void on_message_abandoned(std::uint32_t src, std::uint64_t, bool final) override {
+    std::lock_guard lock{mutex_};
+    abandoned_.push_back({src, final});
+  }
+
   void on_message(inbound_message&& msg) override {
     std::uint64_t index = 0;
-    std::string bad = check_payload(msg.payload.bytes(), msg.src, mesh_->config().self_rank,
-                                    msg.tag, index);
+    std::vector<std::byte> landed;
+    if (msg.landed) {
+      const auto& [head, body] = landing_[msg.src];
+      landed.assign(head.begin(), head.begin() + std::min<std::size_t>(head.size(), msg.length));
+      landed.insert(landed.end(), body.begin(), body.end());
+      if (landed.size() != msg.length || !msg.payload.empty()) {
+        std::lock_guard lock{mutex_};
+        errors_.push_back("landed message of " + std::to_string(msg.length) + " bytes, " +
+                          std::to_string(landed.size()) + " in the destination");
+      }
+    }
+    const std::span<const std::byte> bytes = msg.landed ? std::span<const std::byte>{landed}
+                                                        : msg.payload.bytes();
+    std::string bad = check_payload(bytes, msg.src, mesh_->config().self_rank, msg.tag, index);
     std::lock_guard lock{mutex_};
     auto& expected = next_index_[{msg.src, msg.tag}];
     if (bad.empty() && index != expected) {
@@ -134,8 +164,11 @@ class node final : public mesh_observer {
     }
     expected = index + 1;
     ++received_;
-    bytes_received_ += msg.payload.size();
-    if (hold_) {
+    if (msg.landed) ++landed_;
+    bytes_received_ += msg.length;
+    if (msg.landed) {
+      mesh_->release(msg.src, msg.length);  // its bytes are ours already
+    } else if (hold_) {
       held_.push_back(std::move(msg));
     } else {
       mesh_->release(msg.src, msg.payload.size());
@@ -193,6 +226,15 @@ class node final : public mesh_observer {
     return errors_;
   }
   std::uint64_t send_errors() { return send_errors_.load(); }
+  std::uint64_t landed() {
+    std::lock_guard lock{mutex_};
+    return landed_;
+  }
+  /// (source, final) of every on_message_abandoned so far.
+  std::vector<std::pair<std::uint32_t, bool>> abandoned() {
+    std::lock_guard lock{mutex_};
+    return abandoned_;
+  }
   peer_link_stats stats(std::uint32_t peer) {
     return on_reactor(r(), [&] { return mesh_->stats(peer); });
   }
@@ -254,6 +296,8 @@ class node final : public mesh_observer {
   std::atomic<std::uint64_t> send_errors_{0};
   bool hold_ = false;
   std::vector<inbound_message> held_;
+  bool land_ = false;
+  std::map<std::uint32_t, std::pair<std::array<std::byte, 16>, std::vector<std::byte>>> landing_;
 
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -261,6 +305,8 @@ class node final : public mesh_observer {
   std::vector<std::string> errors_;
   std::vector<state_event> states_;
   std::uint64_t received_ = 0;
+  std::uint64_t landed_ = 0;
+  std::vector<std::pair<std::uint32_t, bool>> abandoned_;
   std::uint64_t bytes_received_ = 0;
 };
 

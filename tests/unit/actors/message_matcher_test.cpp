@@ -171,6 +171,43 @@ TEST_F(matcher_test, cancel_removes_a_pending_receive_once) {
   EXPECT_TRUE(m.cancel(reused));
 }
 
+TEST_F(matcher_test, oldest_fit_names_the_receive_an_arrival_would_take_without_taking_it) {
+  message_matcher m{config(), sink_};
+  EXPECT_FALSE(m.oldest_fit(1, 3));
+  const receive_id specific = m.post_receive(1, 4, 10).value().id;
+  const receive_id wildcard = m.post_receive(any_source, 3, 11).value().id;
+  const receive_id later = m.post_receive(1, 3, 12).value().id;
+  const auto fit = m.oldest_fit(1, 3);
+  ASSERT_TRUE(fit);
+  EXPECT_EQ(fit->id, wildcard) << "posted before the specific (1, 3) receive";
+  EXPECT_EQ(fit->cookie, 11u);
+  EXPECT_EQ(m.oldest_fit(1, 4)->id, specific);
+  EXPECT_FALSE(m.oldest_fit(2, 4));
+  EXPECT_FALSE(m.oldest_fit(9, 3)) << "outside the world";
+  EXPECT_EQ(m.stats().pending_receives, 3u) << "nothing taken";
+  (void)later;
+}
+
+TEST_F(matcher_test, a_claimed_receive_is_matched_once_and_leaves_the_credit_to_its_owner) {
+  message_matcher m{config(), sink_};
+  const receive_id first = m.post_receive(any_source, 3, 11).value().id;
+  const receive_id second = m.post_receive(2, 3, 12).value().id;
+  ASSERT_TRUE(m.claim(first));
+  EXPECT_FALSE(m.claim(first)) << "claimed already";
+  EXPECT_FALSE(m.cancel(first)) << "a claimed receive is no longer pending";
+  // The next message from 2 goes to the receive behind it.
+  auto done = m.arrive(msg(2, 3, 7)).value();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->id, second);
+  const matcher_stats& st = m.stats();
+  EXPECT_EQ(st.claimed, 1u);
+  EXPECT_EQ(st.arrived, 2u);
+  EXPECT_EQ(st.matched_on_arrival, 2u);
+  EXPECT_EQ(st.cancelled, 0u);
+  EXPECT_EQ(st.pending_receives, 0u);
+  EXPECT_EQ(sink_.released[2], 64u) << "only the message the matcher held was credited";
+}
+
 TEST_F(matcher_test, completed_receive_cannot_be_cancelled) {
   message_matcher m{config(), sink_};
   const receive_id id = m.post_receive(0, 1, 0).value().id;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -110,6 +111,45 @@ TEST(reassembler, reassembles_fragments_delivered_in_random_order) {
     EXPECT_EQ(r.received_fragments(), i + 1);
   }
   expect_reassembled(r, m, d);
+}
+
+TEST(reassembler, splits_a_two_part_destination_at_the_head_even_inside_a_fragment) {
+  // 16-byte head (comm's chunk header), the rest into the app's buffer; fragment 0 straddles.
+  const message m{10'000, 1'000, 11};
+  destination head{16};
+  destination body{10'000 - 16};
+  reassembler r;
+  ASSERT_TRUE(r.begin(3, 10'000, m.layout.count(), head.span().first(16), body.span()));
+  EXPECT_EQ(r.data().size(), 10'000u - 16);
+  auto order = m.indices();
+  std::shuffle(order.begin(), order.end(), std::mt19937{7});
+  deliver_all(r, m, order);
+  EXPECT_TRUE(r.complete());
+  EXPECT_TRUE(std::equal(m.bytes.begin(), m.bytes.begin() + 16, head.written().begin()));
+  EXPECT_TRUE(std::equal(m.bytes.begin() + 16, m.bytes.end(), body.written().begin(),
+                         body.written().end()));
+  EXPECT_TRUE(head.guard_intact());
+  EXPECT_TRUE(body.guard_intact());
+}
+
+TEST(reassembler, a_message_shorter_than_the_head_fills_only_the_head) {
+  const message m{10, 10, 12};
+  destination head{10};
+  reassembler r;
+  std::array<std::byte, 16> scratch{};
+  ASSERT_TRUE(r.begin(1, 10, 1, scratch, head.span().first(0)));
+  deliver_all(r, m, {0});
+  EXPECT_TRUE(std::equal(m.bytes.begin(), m.bytes.end(), scratch.begin()));
+}
+
+TEST(reassembler, refuses_a_two_part_destination_too_small_for_the_message) {
+  std::array<std::byte, 16> head{};
+  std::vector<std::byte> body(100);
+  reassembler r;
+  const auto begun = r.begin(1, 117, 1, head, body);
+  ASSERT_FALSE(begun);
+  EXPECT_EQ(begun.error(), make_error_code(errc::buffer_too_small));
+  EXPECT_FALSE(r.active());
 }
 
 TEST(reassembler, drops_and_counts_exact_duplicates) {
