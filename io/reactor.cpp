@@ -477,10 +477,12 @@ void reactor::park_while_lent() {
     std::chrono::nanoseconds nap = linger;
     if (holder_.load(std::memory_order_acquire) == loop_free &&
         lend_requests_.load(std::memory_order_acquire) == 0) {
-      const auto idle = std::chrono::nanoseconds{
-          steady_ns() - returned_at_ns_.load(std::memory_order_acquire)};
+      const std::int64_t returned_at = returned_at_ns_.load(std::memory_order_acquire);
+      const auto idle = std::chrono::nanoseconds{steady_ns() - returned_at};
       const bool stop = stop_requested_.load(std::memory_order_acquire);
-      if (stop || idle >= linger) {
+      // 0 is not a time: steady_clock counts from boot, so "idle since 0" is the uptime, which
+      // is shorter than a long linger on a machine that booted recently.
+      if (stop || returned_at == 0 || idle >= linger) {
         std::uint32_t expected = loop_free;
         if (holder_.compare_exchange_strong(expected, loop_reactor, std::memory_order_acquire)) {
           break;

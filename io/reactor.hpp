@@ -260,7 +260,8 @@ class reactor {
   enum holder : std::uint32_t { loop_free = 0, loop_reactor = 1, loop_borrower = 2 };
   alignas(64) std::atomic<std::uint32_t> holder_{loop_reactor};
   std::atomic<std::uint32_t> lend_requests_{0};
-  std::atomic<std::int64_t> returned_at_ns_{0};  // steady_clock of the last give_back(linger)
+  // steady_clock of the last give_back(linger); 0: given back without linger (take it at once).
+  std::atomic<std::int64_t> returned_at_ns_{0};
   std::atomic<std::uint32_t> park_word_{0};
   std::atomic<bool> lending_allowed_{true};
   bool lent_ = false;                 // loop owner only
