@@ -134,6 +134,7 @@ struct peer_link_stats {
   std::uint64_t credit_stalls = 0;      ///< times a frame waited for credit or window
   std::uint64_t would_block = 0;        ///< send() calls pushed back
   std::uint64_t duplicates = 0;         ///< frames dropped as already received
+  std::uint64_t received_in_place = 0;  ///< data frames the transport received into place
   std::uint64_t reconnects = 0;         ///< connections after the first (same incarnation)
   std::uint64_t restarts = 0;           ///< new incarnations of the peer seen
   std::uint64_t heartbeats_sent = 0;

@@ -95,6 +95,11 @@ void mesh_connection::on_frame(const wire::frame_header& header,
   on_handshake_frame(header);
 }
 
+std::span<std::byte> mesh_connection::payload_destination(const wire::frame_header& header) {
+  // Only an authenticated link's frames: before that nothing a peer sends is let in anywhere.
+  return link_ != nullptr ? link_->payload_destination(header) : std::span<std::byte>{};
+}
+
 void mesh_connection::on_handshake_frame(const wire::frame_header& header) {
   if (!handshake_) {
     // Acceptor: the opening hello names the peer, and so which last_seq_seen our reply carries.

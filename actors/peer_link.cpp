@@ -221,6 +221,20 @@ void peer_link::on_frame(const wire::frame_header& header, std::span<const std::
   if (connection_ != nullptr) flush_ack(t);
 }
 
+std::span<std::byte> peer_link::payload_destination(const wire::frame_header& header) {
+  if (header.kind() != wire::frame_kind::data || header.seq != receiver_.last_seq_seen() + 1) {
+    return {};
+  }
+  const auto& data = std::get<wire::data_fields>(header.body);
+  // A first fragment still needs its destination chosen (on_data); later ones have theirs.
+  if (data.src != peer_ || data.fragment_index == 0 || !reassembler_.active() ||
+      reassembler_.message_id() != data.message_id) {
+    return {};
+  }
+  return reassembler_.destination_of(data.fragment_index, data.fragment_count,
+                                     data.fragment_offset, data.total_len, header.payload_len);
+}
+
 void peer_link::on_data(const wire::frame_header& header, const wire::data_fields& data,
                         std::span<const std::byte> payload) {
   if (header.seq != 0 && header.seq <= receiver_.last_seq_seen()) {
@@ -514,11 +528,16 @@ void peer_link::fail(std::error_code why, const char* what) {
   go_down(why);
 }
 
+void peer_link::fresh_reassembler() {
+  in_place_before_reset_ += reassembler_.counters().in_place;
+  reassembler_ = wire::reassembler{reassembly_limits_for(owner_)};
+}
+
 void peer_link::abandon_landing(bool final) {
   if (!landing_message_) return;
   const std::uint64_t id = *landing_message_;
   landing_message_.reset();
-  reassembler_ = wire::reassembler{reassembly_limits_for(owner_)};  // writes there no more
+  fresh_reassembler();  // writes there no more
   owner_.observer.on_message_abandoned(peer_, id, final);
 }
 
@@ -526,7 +545,7 @@ void peer_link::reset_streams() {
   abandon_landing(false);
   sender_ = link_sender{sender_config(owner_.config)};
   receiver_ = link_receiver{receiver_config(owner_.config)};
-  reassembler_ = wire::reassembler{reassembly_limits_for(owner_)};
+  fresh_reassembler();
   reassembly_block_.reset();
   while (queue_count_ > 0) {
     queue_[queue_head_].payload.reset();
@@ -647,6 +666,7 @@ peer_link_stats peer_link::stats() const {
   s.frames_received = rx.frames_received;
   s.bytes_received = rx.bytes_received;
   s.duplicates = rx.duplicates_dropped;
+  s.received_in_place = in_place_before_reset_ + reassembler_.counters().in_place;
   s.heartbeats_sent = lv.heartbeats_sent;
   s.heartbeats_received = lv.heartbeats_received;
   s.srtt = lv.srtt;

@@ -65,6 +65,10 @@ class peer_link {
   void attach(mesh_connection& c, const handshake_accepted& accepted);
   /// A frame on the attached connection.
   void on_frame(const wire::frame_header& header, std::span<const std::byte> payload);
+  /// Where a stream transport may receive the payload of `header` directly: the next data
+  /// fragment in order of the message being reassembled, at its place in the destination
+  /// (io::transport_handler::payload_destination). Empty otherwise.
+  std::span<std::byte> payload_destination(const wire::frame_header& header);
   /// The attached connection has room again.
   void on_writable();
   /// The attached connection ended.
@@ -121,6 +125,8 @@ class peer_link {
   /// The message in progress was landing in the observer's memory: stop writing there and say
   /// so (mesh_observer::on_message_abandoned).
   void abandon_landing(bool final);
+  /// Drops the message in progress, keeping the counters that stats() reports.
+  void fresh_reassembler();
   void start_dialing();
   void arm_down_poll();
 
@@ -152,6 +158,7 @@ class peer_link {
   io::buffer reassembly_block_;
   // The message in progress lands in memory the observer gave (on_message_begin), not a block.
   std::optional<std::uint64_t> landing_message_;
+  std::uint64_t in_place_before_reset_ = 0;  // reassembler counters of streams before this one
   std::uint64_t delivered_unreleased_ = 0;  // bytes of delivered messages not yet released
   std::uint64_t overdraft_ = 0;             // bytes reported consumed before the app released
   std::uint64_t overdraft_message_ = 0;     // message id that holds the overdraft (0: none)

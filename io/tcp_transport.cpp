@@ -23,6 +23,11 @@ constexpr std::size_t header_room = (wire::prefix_bytes + wire::max_encoded_head
 // streams must not starve the rest of the reactor (what is left is read on the next turn).
 constexpr int max_reads_per_turn = 16;
 
+// A payload with at least this much still to come is received into the handler's memory
+// (payload_destination): below it, the extra recv(2) that stops at the payload's end costs more
+// than the copy it saves.
+constexpr std::size_t min_redirect_bytes = 32u << 10;
+
 }  // namespace
 
 bool peer_is_loopback(int fd) noexcept {
@@ -304,9 +309,22 @@ void tcp_transport::dispatch_frames() {
       fail(errc::bad_frame);
       break;
     }
-    if (!next.value()) break;
+    if (!next.value()) {
+      // A large payload still on its way goes straight where the handler wants it. Only with
+      // synchronous recv(2) (readiness): an io_uring RECV into that memory could still write
+      // after a close returned, while the handler already reuses it.
+      if (const wire::frame_header* h = decoder_.awaiting_payload();
+          readiness_ && h != nullptr &&
+          h->payload_len - decoder_.payload_buffered() >= min_redirect_bytes) {
+        if (std::span<std::byte> dst = handler_.payload_destination(*h); !dst.empty()) {
+          decoder_.redirect_payload(dst);
+        }
+      }
+      break;
+    }
     const wire::frame_view& frame = *next.value();
     ++stats_.frames_received;
+    header_first_ = readiness_ && frame.header.payload_len >= min_redirect_bytes;
     handler_.on_frame(frame.header, frame.payload, no_owner_);
   }
   --callbacks_running_;
@@ -327,6 +345,15 @@ void tcp_transport::read_ready() {
     if (space.empty()) {
       fail(errc::bad_frame);  // a whole unconsumed frame the decoder cannot return: a bug
       return;
+    }
+    // While large frames flow, a recv stops at the end of a large frame and reads the next
+    // header (nearly) alone: each large payload can then go straight to the handler's memory
+    // (dispatch_frames) instead of arriving in the buffer behind the frames before it.
+    if (const wire::frame_header* h = decoder_.awaiting_payload();
+        readiness_ && h != nullptr && h->payload_len >= min_redirect_bytes) {
+      space = space.first(std::min(space.size(), h->payload_len - decoder_.payload_buffered()));
+    } else if (header_first_ && decoder_.between_frames()) {
+      space = space.first(header_room);
     }
     const ssize_t n = ::recv(fd_, space.data(), space.size(), MSG_DONTWAIT);
     if (n < 0) {

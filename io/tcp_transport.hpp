@@ -197,6 +197,7 @@ class tcp_transport final : public transport, private loop_poller {
 
   state state_ = state::open;
   int callbacks_running_ = 0;  // >0 while a handler callback runs: finishing waits for it
+  bool header_first_ = false;  // the last frame was large: read the next header on its own
   std::error_code reason_;
   transport_stats stats_;
 };

@@ -23,6 +23,14 @@ class transport_handler {
   /// receive into pooled buffers) keep `payload_owner`, which shares the block without a copy.
   virtual void on_frame(const wire::frame_header& header, std::span<const std::byte> payload,
                         const buffer_slice& payload_owner) = 0;
+  /// A stream transport (TCP) decoded the header of a frame whose payload has not all arrived:
+  /// memory of exactly header.payload_len bytes to receive the payload into directly, or an
+  /// empty span to take it from the transport's buffer as usual. The memory must stay valid
+  /// until on_frame delivers the frame with it as `payload` (or the transport ends); what it
+  /// holds before then is undefined. Saves a copy of large payloads (a link's fragments).
+  virtual std::span<std::byte> payload_destination(const wire::frame_header& /*header*/) {
+    return {};
+  }
   /// The send queue, after refusing a frame with errc::send_queue_full, has room again.
   virtual void on_writable() {}
   /// The transport ended (peer closed, reset, unplugged, bad input, closed locally). Final: no

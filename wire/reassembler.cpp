@@ -67,7 +67,14 @@ result<fragment_status> reassembler::accept(std::uint32_t fragment_index,
     // fits_layout bounded [offset, offset + length) by total_len = head + body.
     std::size_t at = static_cast<std::size_t>(offset);
     std::span<const std::byte> rest = payload;
-    if (at < head_.size()) {
+    // Received in place (destination_of): the bytes are where they belong already.
+    const std::byte* home = at >= head_.size() ? body_.data() + (at - head_.size())
+                                               : head_.data() + at;
+    if (rest.data() == home) {
+      rest = {};
+      ++counters_.in_place;
+    }
+    if (!rest.empty() && at < head_.size()) {
       const std::size_t n = std::min(rest.size(), head_.size() - at);
       std::memcpy(head_.data() + at, rest.data(), n);
       rest = rest.subspan(n);
@@ -79,6 +86,23 @@ result<fragment_status> reassembler::accept(std::uint32_t fragment_index,
   counters_.bytes += length;
   if (received_ == fragment_count_) ++counters_.completed;
   return fragment_status::accepted;
+}
+
+std::span<std::byte> reassembler::destination_of(std::uint32_t fragment_index,
+                                                 std::uint32_t fragment_count,
+                                                 std::uint64_t offset, std::uint64_t total_len,
+                                                 std::uint64_t length) {
+  if (!active_ || fragment_count != fragment_count_ || total_len != total_len_ || length == 0 ||
+      fragment_index >= fragment_count_ || length > total_len_ || offset > total_len_ - length ||
+      !fits_layout(fragment_index, offset, length)) {
+    return {};
+  }
+  if ((bitmap_[fragment_index / 64] & (std::uint64_t{1} << (fragment_index % 64))) != 0) return {};
+  const auto at = static_cast<std::size_t>(offset);
+  const auto n = static_cast<std::size_t>(length);
+  if (at + n <= head_.size()) return head_.subspan(at, n);
+  if (at >= head_.size()) return body_.subspan(at - head_.size(), n);
+  return {};
 }
 
 // Whether fragment `index` with `length` bytes at `offset` is where the fragmenter would have put

@@ -50,6 +50,7 @@ struct reassembly_counters {
   std::uint64_t completed = 0;           ///< messages whose last missing fragment arrived.
   std::uint64_t fragments = 0;           ///< fragments accepted as new.
   std::uint64_t bytes = 0;               ///< payload bytes copied into destinations.
+  std::uint64_t in_place = 0;            ///< fragments found in place (destination_of): no copy.
   std::uint64_t duplicates = 0;          ///< exact duplicates dropped.
   std::uint64_t rejected = 0;            ///< begin() or accept() calls that returned an error.
   std::uint64_t bitmap_allocations = 0;  ///< times begin() had to grow the bookkeeping bitmap.
@@ -92,6 +93,15 @@ class reassembler {
   result<fragment_status> accept(std::uint32_t fragment_index, std::uint32_t fragment_count,
                                  std::uint64_t offset, std::uint64_t total_len,
                                  std::span<const std::byte> payload);
+
+  /// Where accept() would copy fragment `fragment_index` of `length` bytes (checked as accept()
+  /// checks it, without accepting it), so that a transport can receive its payload there
+  /// directly; accept() then finds the bytes in place and copies nothing. Empty when accept()
+  /// would refuse the fragment, when it is a duplicate, or when it straddles the two parts of a
+  /// two-part destination.
+  std::span<std::byte> destination_of(std::uint32_t fragment_index, std::uint32_t fragment_count,
+                                      std::uint64_t offset, std::uint64_t total_len,
+                                      std::uint64_t length);
 
   /// Whether every fragment of the message in progress has arrived.
   bool complete() const noexcept { return active_ && received_ == fragment_count_; }

@@ -25,6 +25,7 @@ stream_decoder::stream_decoder(decoder_limits limits) : limits_(limits) {
 }
 
 std::span<std::byte> stream_decoder::prepare() noexcept {
+  if (direct_) return direct_->subspan(direct_filled_);
   if (begin_ == end_) {
     begin_ = end_ = 0;
   } else if (begin_ > 0 && capacity_ - end_ < capacity_ / 2) {
@@ -37,7 +38,36 @@ std::span<std::byte> stream_decoder::prepare() noexcept {
   return {buffer_.get() + end_, capacity_ - end_};
 }
 
-void stream_decoder::commit(std::size_t n) noexcept { end_ += std::min(n, capacity_ - end_); }
+void stream_decoder::commit(std::size_t n) noexcept {
+  if (direct_) {
+    direct_filled_ += std::min(n, direct_->size() - direct_filled_);
+    return;
+  }
+  end_ += std::min(n, capacity_ - end_);
+}
+
+std::size_t stream_decoder::payload_buffered() const noexcept {
+  if (!pending_) return 0;
+  if (direct_) return direct_filled_;
+  const std::size_t available = end_ - begin_;
+  const std::size_t before = prefix_bytes + pending_header_len_;
+  return available > before ? std::min(available - before, std::size_t{pending_->payload_len})
+                            : 0;
+}
+
+bool stream_decoder::redirect_payload(std::span<std::byte> dst) noexcept {
+  if (error_ || !pending_ || direct_ || dst.size() != pending_->payload_len) return false;
+  // next() left the frame pending, so the buffer holds its prefix, header and part of the
+  // payload, and nothing after it: all of that is consumed here.
+  const std::size_t got = payload_buffered();
+  if (got > 0) {
+    std::memcpy(dst.data(), buffer_.get() + begin_ + prefix_bytes + pending_header_len_, got);
+  }
+  begin_ = end_ = 0;
+  direct_ = dst;
+  direct_filled_ = got;
+  return true;
+}
 
 std::size_t stream_decoder::feed(std::span<const std::byte> bytes) noexcept {
   auto space = prepare();
@@ -50,11 +80,20 @@ std::size_t stream_decoder::feed(std::span<const std::byte> bytes) noexcept {
 result<std::optional<frame_view>> stream_decoder::fail(std::error_code ec) noexcept {
   error_ = ec;
   pending_.reset();
+  direct_.reset();
   return ec;
 }
 
 result<std::optional<frame_view>> stream_decoder::next() noexcept {
   if (error_) return error_;
+  if (direct_) {
+    if (direct_filled_ < direct_->size()) return std::optional<frame_view>{};
+    frame_view view{*pending_, *direct_};
+    pending_.reset();
+    direct_.reset();
+    direct_filled_ = 0;
+    return std::optional<frame_view>{view};
+  }
   const std::size_t available = end_ - begin_;
   if (!pending_) {
     if (available < prefix_bytes) return std::optional<frame_view>{};

@@ -38,6 +38,7 @@ class stream_decoder {
   /// The free tail of the receive buffer, to receive into. May move the unconsumed bytes to the
   /// front, so it ends the life of every payload view handed out before. Empty only when the
   /// buffer is full of bytes next() has not consumed yet (call next() until it yields nothing).
+  /// While a payload is redirected: the part of its destination still to fill.
   std::span<std::byte> prepare() noexcept;
 
   /// Declares that `n` bytes were written at the start of the last prepare()'s span.
@@ -51,7 +52,25 @@ class stream_decoder {
   /// (and from then on, the same error).
   result<std::optional<frame_view>> next() noexcept;
 
-  /// Bytes received but not yet consumed as frames.
+  /// The header of the frame next() is waiting for the payload of (next() returned nothing), if
+  /// its payload is not redirected already.
+  const frame_header* awaiting_payload() const noexcept {
+    return pending_ && !direct_ ? &*pending_ : nullptr;
+  }
+  /// Bytes of awaiting_payload()'s payload already received.
+  std::size_t payload_buffered() const noexcept;
+  /// Receives the rest of awaiting_payload()'s payload straight into `dst` (exactly payload_len
+  /// bytes, valid until next() returns the frame or the decoder goes): what is buffered already
+  /// is copied there, and prepare() offers the rest of `dst` until it is full; next() then
+  /// returns the frame with `dst` as its payload. Saves the pass from the receive buffer into
+  /// the caller's memory for large payloads. False (nothing changes) when nothing awaits a
+  /// payload or the size differs.
+  bool redirect_payload(std::span<std::byte> dst) noexcept;
+
+  /// Nothing buffered and no frame begun: the next byte received starts a frame.
+  bool between_frames() const noexcept { return !pending_ && begin_ == end_; }
+
+  /// Bytes received but not yet consumed as frames (a redirected payload's not counted).
   std::size_t buffered() const noexcept { return end_ - begin_; }
 
   /// The error that poisoned this decoder, or an empty error_code.
@@ -71,6 +90,9 @@ class stream_decoder {
   // A header already decoded whose payload has not fully arrived, so it is not parsed twice.
   std::optional<frame_header> pending_;
   std::size_t pending_header_len_ = 0;
+  // A redirected payload (redirect_payload) and how much of it has arrived.
+  std::optional<std::span<std::byte>> direct_;
+  std::size_t direct_filled_ = 0;
   std::error_code error_;
 };
 

@@ -37,10 +37,11 @@ std::vector<planned> all_pairs_script(std::uint32_t self, std::uint32_t world, i
   return s;
 }
 
-void run_all_pairs(mesh_transport t, const std::string& prefix, bool land = false) {
+void run_all_pairs(mesh_transport t, const std::string& prefix, bool land = false,
+                   bool lendable = false) {
   constexpr std::uint32_t world = 3;
   constexpr int per_peer = 60;
-  cluster c{world, t, prefix};
+  cluster c{world, t, prefix, {}, lendable};
   ASSERT_TRUE(c.connect());
   if (land) {
     for (auto& n : c.nodes) n->land();
@@ -63,6 +64,13 @@ void run_all_pairs(mesh_transport t, const std::string& prefix, bool land = fals
       EXPECT_EQ(s.messages_received, std::uint64_t{per_peer});
       EXPECT_EQ(s.held_bytes, 0u) << "everything delivered was released";
       EXPECT_GT(s.frames_received, std::uint64_t{per_peer}) << "big messages are fragmented";
+      if (lendable && t == mesh_transport::tcp) {
+        EXPECT_GT(s.received_in_place, 0u) << "fragments after the first came off the socket: "
+                                           << i << " from " << p << ", " << s.frames_received
+                                           << " frames";
+      } else {
+        EXPECT_EQ(s.received_in_place, 0u);
+      }
     }
     // Messages to self never touch a link, so they never land.
     EXPECT_EQ(c.nodes[i]->landed(), land ? std::uint64_t{per_peer} * (world - 1) : 0u);
@@ -82,12 +90,20 @@ TEST(mesh, messages_land_in_the_observers_memory_when_it_gives_a_destination_ove
   run_all_pairs(mesh_transport::tcp, "land-tcp", true);
 }
 
+TEST(mesh, tcp_read_by_readiness_receives_large_fragments_straight_into_the_destination) {
+  // Lendable reactors, as ranks have: TCP reads by readiness, and the payloads of fragments after
+  // a message's first go from the socket into the pool block or the landing destination.
+  run_all_pairs(mesh_transport::tcp, "direct-tcp", false, true);
+  run_all_pairs(mesh_transport::tcp, "direct-land-tcp", true, true);
+}
+
 TEST(mesh, messages_land_in_the_observers_memory_when_it_gives_a_destination_over_shm) {
   run_all_pairs(mesh_transport::shm, "land-shm", true);
 }
 
 TEST(mesh, a_landing_message_survives_connections_cut_mid_stream) {
-  cluster c{2, mesh_transport::tcp, "cut-land"};
+  // Lendable: payloads are received straight into the destination, and cuts fall inside them.
+  cluster c{2, mesh_transport::tcp, "cut-land", {}, true};
   ASSERT_TRUE(c.connect());
   c.nodes[1]->land();
   constexpr int count = 400;
@@ -114,6 +130,7 @@ TEST(mesh, a_landing_message_survives_connections_cut_mid_stream) {
   const auto s0 = c.nodes[0]->stats(1);
   EXPECT_GE(s.reconnects + s0.reconnects, 1u);
   EXPECT_EQ(s.held_bytes, 0u);
+  EXPECT_GT(s.received_in_place, 0u);
 }
 
 TEST(mesh, connect_fails_naming_the_missing_peer) {

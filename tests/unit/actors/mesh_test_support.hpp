@@ -99,7 +99,9 @@ struct planned {
 /// driver that sends a script, waiting out pushback.
 class node final : public mesh_observer {
  public:
-  node(mesh_config config) : reactor_{make_reactor()} {
+  /// `lendable`: a reactor whose loop callers may borrow, as a rank's is; its TCP transports then
+  /// read by readiness and receive large payloads straight into the link's destination.
+  explicit node(mesh_config config, bool lendable = false) : reactor_{make_reactor(lendable)} {
     mesh_ = std::make_unique<mesh>(*reactor_, std::move(config), *this);
   }
   ~node() override {
@@ -249,8 +251,10 @@ class node final : public mesh_observer {
     std::error_code why;
   };
 
-  static std::unique_ptr<io::reactor> make_reactor() {
-    auto r = std::make_unique<io::reactor>(io::reactor_config{});
+  static std::unique_ptr<io::reactor> make_reactor(bool lendable) {
+    io::reactor_config config;
+    config.lendable = lendable;
+    auto r = std::make_unique<io::reactor>(config);
     EXPECT_TRUE(r->start());
     return r;
   }
@@ -357,12 +361,12 @@ inline mesh_config base_config(std::uint32_t rank, std::uint32_t world,
 /// N nodes connected through a store; connect() runs on N threads at once.
 struct cluster {
   cluster(std::uint32_t world, mesh_transport t, const std::string& prefix,
-          std::function<void(mesh_config&)> tweak = {})
+          std::function<void(mesh_config&)> tweak = {}, bool lendable = false)
       : token{make_token()} {
     for (std::uint32_t i = 0; i < world; ++i) {
       mesh_config c = base_config(i, world, token, t, prefix);
       if (tweak) tweak(c);
-      nodes.push_back(std::make_unique<node>(std::move(c)));
+      nodes.push_back(std::make_unique<node>(std::move(c), lendable));
     }
   }
 

@@ -152,6 +152,49 @@ TEST(reassembler, refuses_a_two_part_destination_too_small_for_the_message) {
   EXPECT_FALSE(r.active());
 }
 
+TEST(reassembler, destination_of_is_where_accept_would_copy_and_accept_then_copies_nothing) {
+  const message m{10'000, 1'000, 13};
+  destination head{16};
+  destination body{10'000 - 16};
+  reassembler r;
+  ASSERT_TRUE(r.begin(4, 10'000, m.layout.count(), head.span().first(16), body.span()));
+  // Fragment 0 straddles head and body: not receivable in place, accepted by copy.
+  EXPECT_TRUE(r.destination_of(0, 10, 0, 10'000, 1'000).empty());
+  deliver_all(r, m, {0});
+  for (std::uint32_t i = 1; i < 10; ++i) {
+    const fragment f = m.layout[i];
+    const std::span<std::byte> dst = r.destination_of(i, f.count, f.offset, 10'000, f.length);
+    ASSERT_EQ(dst.size(), f.length) << i;
+    EXPECT_EQ(dst.data(), body.span().data() + f.offset - 16) << i;
+    std::copy_n(m.payload(f).begin(), f.length, dst.begin());  // what the transport does
+    const auto status = r.accept(i, f.count, f.offset, 10'000, dst);
+    ASSERT_TRUE(status) << i;
+    EXPECT_EQ(status.value(), fragment_status::accepted);
+    EXPECT_TRUE(r.destination_of(i, f.count, f.offset, 10'000, f.length).empty())
+        << "received already: " << i;
+  }
+  EXPECT_TRUE(r.complete());
+  EXPECT_EQ(r.counters().in_place, 9u);
+  EXPECT_TRUE(std::equal(m.bytes.begin() + 16, m.bytes.end(), body.written().begin(),
+                         body.written().end()));
+  EXPECT_TRUE(body.guard_intact());
+}
+
+TEST(reassembler, destination_of_refuses_what_accept_would_refuse) {
+  const message m{10'000, 1'000, 14};
+  destination d{10'000};
+  reassembler r;
+  EXPECT_TRUE(r.destination_of(1, 10, 1'000, 10'000, 1'000).empty()) << "no message";
+  ASSERT_TRUE(r.begin(4, 10'000, 10, d.span()));
+  EXPECT_FALSE(r.destination_of(1, 10, 1'000, 10'000, 1'000).empty());
+  EXPECT_TRUE(r.destination_of(1, 10, 1'001, 10'000, 1'000).empty()) << "off the layout";
+  EXPECT_TRUE(r.destination_of(10, 10, 9'000, 10'000, 1'000).empty()) << "index past count";
+  EXPECT_TRUE(r.destination_of(1, 9, 1'000, 10'000, 1'000).empty()) << "other count";
+  EXPECT_TRUE(r.destination_of(1, 10, 1'000, 9'999, 1'000).empty()) << "other total";
+  EXPECT_TRUE(r.destination_of(9, 10, 9'500, 10'000, 1'000).empty()) << "past the end";
+  EXPECT_EQ(r.counters().rejected, 0u) << "asking is not receiving";
+}
+
 TEST(reassembler, drops_and_counts_exact_duplicates) {
   const message m{3'000, 1'000, 4};
   destination d{3'000};

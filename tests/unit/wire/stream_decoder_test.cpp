@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -145,6 +147,71 @@ TEST(stream_decoder, prepare_and_commit_receive_in_place) {
     }
   }
   expect_frames({frames, {}}, s);
+}
+
+// Receives `bytes` the way tcp_transport does (prepare, a recv of at most `chunk`, commit, then
+// next() until nothing), redirecting every payload of at least `min_redirect` bytes still to
+// come into memory of its own, as a link hands out its reassembly destination.
+stream_result receive_redirecting(std::span<const std::byte> bytes, std::size_t chunk,
+                                  std::size_t min_redirect, std::size_t& redirected) {
+  stream_decoder decoder;
+  stream_result out;
+  std::vector<std::vector<std::byte>> destinations;
+  redirected = 0;
+  while (true) {
+    for (;;) {
+      auto frame = decoder.next();
+      if (!frame) {
+        out.error = frame.error();
+        return out;
+      }
+      if (frame.value()) {
+        const auto& view = *frame.value();
+        if (!destinations.empty() && view.payload.data() == destinations.back().data()) {
+          ++redirected;
+        }
+        out.frames.push_back({view.header, {view.payload.begin(), view.payload.end()}});
+        continue;
+      }
+      if (const frame_header* h = decoder.awaiting_payload();
+          h != nullptr && h->payload_len - decoder.payload_buffered() >= min_redirect) {
+        destinations.emplace_back(h->payload_len, std::byte{0xee});
+        EXPECT_FALSE(decoder.redirect_payload(std::span{destinations.back()}.first(1)))
+            << "a destination of another size is refused";
+        EXPECT_TRUE(decoder.redirect_payload(destinations.back()));
+        EXPECT_EQ(decoder.awaiting_payload(), nullptr) << "redirected once";
+      }
+      break;
+    }
+    if (bytes.empty()) return out;
+    auto space = decoder.prepare();
+    const std::size_t n = std::min({space.size(), bytes.size(), chunk});
+    std::memcpy(space.data(), bytes.data(), n);
+    decoder.commit(n);
+    bytes = bytes.subspan(n);
+  }
+}
+
+TEST(stream_decoder, a_redirected_payload_arrives_in_its_destination_and_the_stream_goes_on) {
+  auto s = every_kind_stream();
+  for (const std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{64}}) {
+    std::size_t redirected = 0;
+    const stream_result got = receive_redirecting(s.bytes, chunk, 1, redirected);
+    expect_frames(got, s);
+    EXPECT_GT(redirected, 0u) << "chunk " << chunk;
+  }
+}
+
+TEST(stream_decoder, redirect_needs_a_frame_waiting_for_its_payload) {
+  stream_decoder decoder;
+  std::vector<std::byte> dst(16);
+  EXPECT_EQ(decoder.awaiting_payload(), nullptr);
+  EXPECT_FALSE(decoder.redirect_payload(dst));
+  auto s = every_kind_stream();
+  decoder.feed(s.bytes);  // whole frames only: none waits for its payload
+  ASSERT_TRUE(decoder.next());
+  EXPECT_EQ(decoder.awaiting_payload(), nullptr);
+  EXPECT_FALSE(decoder.redirect_payload(dst));
 }
 
 TEST(stream_decoder, zero_length_payloads_yield_empty_views) {
