@@ -42,10 +42,12 @@ constexpr std::size_t chunk_window = 8;
 /// A blocking send of at least this many bytes to another rank lends the caller's memory to the
 /// link instead of copying it into send blocks, and returns once the peer has acked every byte
 /// (the link then holds no handle to it): one pass over the bytes less (~100 us per MiB on our
-/// VMs) against a wait for the last ack, which the next message no longer overlaps. Measured over
-/// shm (docs/io_performance.md, "Large messages"): 1.6x at 2 MiB, 1.5x at 16 MiB, even at 1 MiB;
-/// so lend from 2 MiB on. VESSEL_LEND_BYTES overrides it (0: never lend).
-constexpr std::size_t default_lend_threshold = std::size_t{2} << 20;
+/// VMs) against a wait for the last ack, which the next message no longer overlaps. That wait
+/// also keeps a streaming sender from running ahead of its receiver, whose receives are then
+/// posted before their messages arrive and take them in place (runtime: make_receive_into).
+/// Measured (docs/io_performance.md, "Receives that take their message in place"): from 1 MiB
+/// on. VESSEL_LEND_BYTES overrides it (0: never lend).
+constexpr std::size_t default_lend_threshold = std::size_t{1} << 20;
 
 std::size_t lend_threshold_from(const actors::env_view& env) {
   const std::optional<std::string> v = env.get("VESSEL_LEND_BYTES");
@@ -244,15 +246,19 @@ struct comm::impl {
       }
       f.slot.reset();
     };
+    // Chunks of even size: a short last chunk (4 MiB = 4 MiB - 16 + 16 B) would be acked only by
+    // the receiver's delayed-ack timer (a link acks at once only a message of a fragment or
+    // more), and the send waits for that ack.
+    const std::size_t chunks = (data.size() + chunk_payload() - 1) / chunk_payload();
+    const std::size_t step = (data.size() + chunks - 1) / chunks;
     {
       io::buffer block = r.acquire_send_block(header_bytes);
-      const chunk_header h{data.size(), lent_layout | chunk_payload()};
+      const chunk_header h{data.size(), lent_layout | step};
       std::memcpy(block.data(), &h, header_bytes);
       p2p_request::make_send(slots[0].request, dst, tag, std::move(block).slice(0, header_bytes));
       r.submit(slots[0].request);
     }
     std::size_t used = 1;  // slots[0] holds the header's send
-    const std::size_t step = chunk_payload();
     auto* base = const_cast<std::byte*>(data.data());  // lent read-only: nobody writes it
     for (std::size_t offset = 0; offset < data.size() && !failed;) {
       in_flight& f = slots[used % chunk_window];

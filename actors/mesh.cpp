@@ -553,6 +553,16 @@ void mesh::release(std::uint32_t src, std::size_t bytes) {
   if (peer_link* l = impl_->link(src)) l->release(bytes);
 }
 
+std::optional<message_start> mesh::in_progress(std::uint32_t src) const {
+  if (const peer_link* l = impl_->link(src)) return l->in_progress();
+  return std::nullopt;
+}
+
+bool mesh::divert(std::uint32_t src, std::uint64_t message_id, const message_destination& into) {
+  if (peer_link* l = impl_->link(src)) return l->divert(message_id, into);
+  return false;
+}
+
 peer_link_stats mesh::stats(std::uint32_t peer) const {
   if (const peer_link* l = impl_->link(peer)) return l->stats();
   peer_link_stats s;

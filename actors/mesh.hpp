@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -247,6 +248,15 @@ class mesh {
   /// the bytes delivered, e.g. one call per message). Credit goes back to the sender only
   /// through this. Releasing more than was delivered is ignored (logged once).
   void release(std::uint32_t src, std::size_t bytes);
+
+  /// Reactor thread only. The message from `src` whose fragments are arriving into a pool block
+  /// (begun, not complete, not landing in an observer's destination), if any.
+  std::optional<message_start> in_progress(std::uint32_t src) const;
+  /// Reactor thread only. Moves that message (`message_id` from `src`) to `into`, as if
+  /// on_message_begin had returned it: what arrived is copied there, the rest is written there,
+  /// and on_message / on_message_abandoned follow as for a landing message. False when that
+  /// message is no longer in progress or `into` is too small.
+  bool divert(std::uint32_t src, std::uint64_t message_id, const message_destination& into);
 
   /// Reactor thread only. Counters of the link to `peer` (self: zeros).
   peer_link_stats stats(std::uint32_t peer) const;

@@ -270,6 +270,7 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
     return;
   }
   if (first) {
+    reassembly_tag_ = data.tag;
     auto begun = landing.empty()
                      ? reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
                                           reassembly_block_.bytes())
@@ -306,6 +307,20 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
   reassembly_block_.reset();
   landing_message_.reset();
   owner_.observer.on_message(std::move(m));
+}
+
+std::optional<message_start> peer_link::in_progress() const {
+  if (!reassembler_.active() || reassembler_.complete() || landing_message_) return std::nullopt;
+  return message_start{peer_, reassembly_tag_, reassembler_.message_id(), reassembler_.total_len()};
+}
+
+bool peer_link::divert(std::uint64_t message_id, const message_destination& into) {
+  if (!in_progress() || reassembler_.message_id() != message_id) return false;
+  if (!reassembler_.retarget(into.head, into.body)) return false;
+  // The block stays until the message completes: a transport may be receiving a fragment's
+  // payload into it right now (payload_destination), and accept() copies that one over.
+  landing_message_ = message_id;
+  return true;
 }
 
 void peer_link::release(std::size_t bytes) {

@@ -51,6 +51,10 @@ class peer_link {
   result<void> send(std::uint64_t tag, io::buffer_slice payload);
   /// The app released `bytes` of delivered messages (see mesh::release).
   void release(std::size_t bytes);
+  /// The message being reassembled into a pool block, if any (see mesh::in_progress).
+  std::optional<message_start> in_progress() const;
+  /// Moves message `message_id`, being reassembled into a pool block, to `into` (mesh::divert).
+  bool divert(std::uint64_t message_id, const message_destination& into);
   peer_link_stats stats() const;
 
   /// The last_seq_seen our hello carries to a peer of incarnation `peer_incarnation`: ours when
@@ -158,6 +162,7 @@ class peer_link {
   io::buffer reassembly_block_;
   // The message in progress lands in memory the observer gave (on_message_begin), not a block.
   std::optional<std::uint64_t> landing_message_;
+  std::uint64_t reassembly_tag_ = 0;  // the tag of the message being reassembled
   std::uint64_t in_place_before_reset_ = 0;  // reassembler counters of streams before this one
   std::uint64_t delivered_unreleased_ = 0;  // bytes of delivered messages not yet released
   std::uint64_t overdraft_ = 0;             // bytes reported consumed before the app released

@@ -636,7 +636,27 @@ void runtime::start_receive(p2p_request& r) {
     r.complete(comm_errc::peer_down);
     return;
   }
+  if (land_in_progress(r)) return;
   link_pending(r);
+}
+
+bool runtime::land_in_progress(p2p_request& r) {
+  // A receive posted while its message is arriving (a sender that runs ahead): the rest of the
+  // message lands in the receive's buffer, and only what arrived so far is copied there.
+  // Specific sources only: a wildcard would have to look at every link.
+  if (!r.lands || r.peer == any_source || claimed_[r.peer] != nullptr) return false;
+  const std::optional<message_start> m = mesh_->in_progress(r.peer);
+  if (!m || m->length > r.head_bytes + r.into.size()) return false;
+  // Only if this receive is the one the message would complete.
+  const auto fit = matcher_->oldest_fit(m->src, m->tag);
+  if (!fit || fit->id != r.receive_) return false;
+  if (!mesh_->divert(m->src, m->message_id, {std::span{r.head}.first(r.head_bytes), r.into})) {
+    return false;
+  }
+  matcher_->claim(fit->id);
+  r.claimed_ = true;
+  claimed_[m->src] = &r;
+  return true;
 }
 
 bool runtime::cancel_receive(p2p_request& r) {

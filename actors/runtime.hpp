@@ -250,6 +250,9 @@ class runtime : private mesh_observer, private credit_sink {
   void flush() noexcept;
   void start_send(p2p_request& r);
   void start_receive(p2p_request& r);
+  /// Claims the message now arriving from r's source for `r`, if `r` is the receive it would
+  /// complete: the rest of it lands in r's buffer (mesh::divert). False: `r` waits as usual.
+  bool land_in_progress(p2p_request& r);
   /// False when `r` is landing in place: the cancel is acked when its message settles.
   bool cancel_receive(p2p_request& r);
   /// Completes a request claimed by a landing message and acks a cancel deferred on it.

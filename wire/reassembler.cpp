@@ -105,6 +105,52 @@ std::span<std::byte> reassembler::destination_of(std::uint32_t fragment_index,
   return {};
 }
 
+namespace {
+
+/// Copies message bytes [at, at + n) between two-part destinations (head, then body).
+void copy_between(std::span<const std::byte> from_head, std::span<const std::byte> from_body,
+                  std::span<std::byte> to_head, std::span<std::byte> to_body, std::size_t at,
+                  std::size_t n) {
+  while (n > 0) {
+    const bool src_in_head = at < from_head.size();
+    const bool dst_in_head = at < to_head.size();
+    const std::byte* src =
+        src_in_head ? from_head.data() + at : from_body.data() + (at - from_head.size());
+    std::byte* dst = dst_in_head ? to_head.data() + at : to_body.data() + (at - to_head.size());
+    std::size_t run = n;
+    if (src_in_head) run = std::min(run, from_head.size() - at);
+    if (dst_in_head) run = std::min(run, to_head.size() - at);
+    std::memcpy(dst, src, run);
+    at += run;
+    n -= run;
+  }
+}
+
+}  // namespace
+
+result<void> reassembler::retarget(std::span<std::byte> head, std::span<std::byte> body) {
+  if (!active_) return reject(errc::fragment_mismatch);
+  if (head.size() + body.size() < total_len_) return reject(errc::buffer_too_small);
+  const auto total = static_cast<std::size_t>(total_len_);
+  const std::span<std::byte> new_head = head.first(std::min(head.size(), total));
+  const std::span<std::byte> new_body = body.first(total - new_head.size());
+  // Runs of received fragments; the size is known once any fragment of a multi-fragment message
+  // arrived (a single fragment is the whole message).
+  for (std::uint64_t from = 0;;) {
+    const std::uint64_t first = next_index(true, from);
+    if (first >= fragment_count_) break;
+    from = next_index(false, first);
+    const std::uint64_t size = fragment_count_ == 1 ? total_len_ : fragment_size_;
+    const std::uint64_t begin = first * size;
+    const std::uint64_t end = std::min<std::uint64_t>(from * size, total_len_);
+    copy_between(head_, body_, new_head, new_body, static_cast<std::size_t>(begin),
+                 static_cast<std::size_t>(end - begin));
+  }
+  head_ = new_head;
+  body_ = new_body;
+  return outcome::success();
+}
+
 // Whether fragment `index` with `length` bytes at `offset` is where the fragmenter would have put
 // it; the first fragment that passes fixes the fragment size for the rest of the message.
 // Precondition: index < count and offset + length <= total.

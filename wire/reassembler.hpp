@@ -103,6 +103,12 @@ class reassembler {
                                       std::uint64_t offset, std::uint64_t total_len,
                                       std::uint64_t length);
 
+  /// Moves the message in progress to another destination (two parts, as begin() takes them):
+  /// copies the fragments received so far there, and writes the rest there. buffer_too_small
+  /// if the parts together are shorter than the message, fragment_mismatch if no message is in
+  /// progress; then nothing changes. The old destination is not touched again.
+  result<void> retarget(std::span<std::byte> head, std::span<std::byte> body);
+
   /// Whether every fragment of the message in progress has arrived.
   bool complete() const noexcept { return active_ && received_ == fragment_count_; }
 

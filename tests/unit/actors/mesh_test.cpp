@@ -224,6 +224,35 @@ TEST(mesh, a_landing_message_whose_peer_vanishes_is_abandoned_for_good) {
   receiver.release_held();
 }
 
+TEST(mesh, a_message_arriving_into_a_pool_block_can_be_diverted_to_the_observers_memory) {
+  // Lendable (TCP receives payloads in place): the divert may fall while a fragment's payload is
+  // arriving in the block, which must then be copied over, not lost.
+  cluster c{2, mesh_transport::tcp, "divert", [](mesh_config& m) {
+              m.window_bytes = 512u << 10;  // two fragments
+            }, true};
+  ASSERT_TRUE(c.connect());
+  auto& receiver = *c.nodes[0];
+  // As in the test above: the second message stalls after two fragments, in a pool block.
+  receiver.hold();
+  c.nodes[1]->send_all({{0, 1, 2u << 20}});
+  ASSERT_TRUE(receiver.wait_received(1));
+  EXPECT_FALSE(receiver.divert(1)) << "nothing in progress";
+  c.nodes[1]->send_all({{0, 1, 2u << 20}});
+  const std::uint64_t first_frames = receiver.stats(1).frames_received;
+  for (int i = 0; i < 2000 && receiver.stats(1).frames_received < first_frames + 2; ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
+  const std::optional<message_start> diverted = receiver.divert(1);
+  ASSERT_TRUE(diverted);
+  EXPECT_EQ(diverted->length, 2u << 20);
+  EXPECT_EQ(diverted->tag, 1u);
+  EXPECT_FALSE(receiver.divert(1)) << "landing already";
+  receiver.release_held();  // credit flows: the rest arrives in the new destination
+  ASSERT_TRUE(receiver.wait_received(2));
+  EXPECT_EQ(receiver.landed(), 1u);
+  EXPECT_TRUE(receiver.errors().empty()) << receiver.errors().front();
+}
+
 TEST(mesh, a_silent_peer_is_reported_down_after_its_deadline) {
   cluster c{2, mesh_transport::tcp, "silent", [](mesh_config& m) {
               m.liveness.heartbeat_interval = 50ms;

@@ -127,12 +127,20 @@ class node final : public mesh_observer {
     on_reactor(r(), [this] { return land_ = true; });
   }
 
+  /// Moves the message now arriving from `src` into a pool block to this node's own memory, as
+  /// land() would have put it (mesh::divert); what it was is returned, nullopt if none.
+  std::optional<message_start> divert(std::uint32_t src) {
+    return on_reactor(r(), [&]() -> std::optional<message_start> {
+      const std::optional<message_start> m = mesh_->in_progress(src);
+      if (!m || !mesh_->divert(src, m->message_id, landing_for(*m))) return std::nullopt;
+      return m;
+    });
+  }
+
   // mesh_observer (reactor thread)
   message_destination on_message_begin(const message_start& m) override {
     if (!land_) return {};
-    auto& [head, body] = landing_[m.src];
-    body.assign(m.length > head.size() ? m.length - head.size() : 0, std::byte{0});
-    return {head, body};
+    return landing_for(m);
   }
   void on_message_abandoned(std::uint32_t src, std::uint64_t, bool final) override {
     std::lock_guard lock{mutex_};
@@ -250,6 +258,12 @@ class node final : public mesh_observer {
     peer_state state;
     std::error_code why;
   };
+
+  message_destination landing_for(const message_start& m) {
+    auto& [head, body] = landing_[m.src];
+    body.assign(m.length > head.size() ? m.length - head.size() : 0, std::byte{0});
+    return {head, body};
+  }
 
   static std::unique_ptr<io::reactor> make_reactor(bool lendable) {
     io::reactor_config config;

@@ -195,6 +195,30 @@ TEST(reassembler, destination_of_refuses_what_accept_would_refuse) {
   EXPECT_EQ(r.counters().rejected, 0u) << "asking is not receiving";
 }
 
+TEST(reassembler, retarget_moves_what_arrived_and_writes_the_rest_to_the_new_destination) {
+  const message m{10'000, 1'000, 15};
+  destination old_dst{10'000};
+  destination head{16};
+  destination body{10'000 - 16};
+  reassembler r;
+  ASSERT_TRUE(r.begin(5, 10'000, m.layout.count(), old_dst.span()));
+  deliver_all(r, m, {0, 1, 4, 9});  // runs, and the short last fragment
+  std::array<std::byte, 16> tiny{};
+  const auto refused = r.retarget(tiny, body.span().first(100));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error(), make_error_code(errc::buffer_too_small));
+  ASSERT_TRUE(r.retarget(head.span().first(16), body.span()));
+  std::fill(old_dst.storage.begin(), old_dst.storage.end(), std::byte{0});  // not read again
+  deliver_all(r, m, {2, 3, 5, 6, 7, 8});
+  EXPECT_TRUE(r.complete());
+  EXPECT_TRUE(std::equal(m.bytes.begin(), m.bytes.begin() + 16, head.written().begin()));
+  EXPECT_TRUE(std::equal(m.bytes.begin() + 16, m.bytes.end(), body.written().begin(),
+                         body.written().end()));
+  EXPECT_TRUE(body.guard_intact());
+  reassembler idle;
+  EXPECT_FALSE(idle.retarget(head.span(), body.span())) << "no message in progress";
+}
+
 TEST(reassembler, drops_and_counts_exact_duplicates) {
   const message m{3'000, 1'000, 4};
   destination d{3'000};
