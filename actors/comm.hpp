@@ -9,7 +9,9 @@
 //
 // A message of any size is cut into chunks of the largest pooled block; each chunk carries
 // (total length, offset), and the receiver takes the chunks that follow the first one from the
-// same source and tag (non-overtaking keeps them in order). Tags at or above
+// same source and tag (non-overtaking keeps them in order). recv into a buffer posted before the
+// chunks arrive takes them in place, with no copy through the pool; sends of VESSEL_LEND_BYTES
+// or more lend the caller's buffer and return once the peer acked it. Tags at or above
 // actors::reserved_tag_base are vessel's own (barrier, allreduce): sending one throws.
 //
 // Thread safety: one comm may be used from several threads at once (each blocking call waits on

@@ -10,7 +10,8 @@
 //
 // Messages: send() cuts a payload into data frames of mesh_config::fragment_bytes (no copy: each
 // frame holds a slice of the caller's block); the receiver reassembles them in place into one
-// block of its pool and hands the whole message to mesh_observer::on_message. Per (src, dst)
+// block of its pool, or into memory the observer names (on_message_begin, divert: a receive
+// already posted), and hands the whole message to mesh_observer::on_message. Per (src, dst)
 // messages arrive once, in order, whatever the connection does (link_sender/link_receiver:
 // sequence numbers, cumulative acks, resend after reconnect).
 //
