@@ -304,7 +304,6 @@ struct comm::impl {
                              const std::function<std::span<std::byte>(std::size_t)>& size_known,
                              const chunk_sink& sink) {
     chunk_header h;
-    std::size_t got = 0;  // bytes of the message the first chunk carried
     if (first.length < header_bytes) {
       throw_failed(rank(), "receive from", first.source, first.matched_tag,
                    actors::comm_errc::message_too_large);  // not a comm message
@@ -314,7 +313,7 @@ struct comm::impl {
     } else {
       std::memcpy(&h, first.payload.data(), header_bytes);
     }
-    got = first.length - header_bytes;
+    const std::size_t got = first.length - header_bytes;  // the message's bytes in this chunk
     recv_status st{first.source, first.matched_tag, static_cast<std::size_t>(h.total),
                    first.message_id};
     const bool lent_chunks = (h.offset & lent_layout) != 0;

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <climits>
 #include <cstdio>
@@ -12,7 +13,6 @@
 #include <random>
 #include <thread>
 #include <utility>
-#include <algorithm>
 
 #include "actors/auth.hpp"
 #include "actors/comm_errc.hpp"
