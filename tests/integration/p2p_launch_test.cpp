@@ -35,13 +35,15 @@ using namespace std::chrono_literals;
 class p2p_launch : public ::testing::Test {
  protected:
   launch_result run(int ranks, const std::string& transport, std::vector<std::string> args,
-                    std::chrono::seconds timeout = 120s) {
+                    std::chrono::seconds timeout = 120s,
+                    std::map<std::string, std::string> extra_env = {}) {
     launch_spec spec;
     spec.program = P2P_RANKS_PATH;
     spec.args = std::move(args);
     spec.ranks = ranks;
     spec.transport = transport;
     spec.timeout = timeout;
+    spec.extra_env = std::move(extra_env);
     return launch_ranks(spec);
   }
 };
@@ -91,13 +93,8 @@ TEST_F(p2p_launch, posted_receives_take_messages_in_place_over_tcp_and_shm) {
 }
 
 TEST_F(p2p_launch, posted_receives_take_copied_multi_chunk_messages_in_place) {
-  launch_spec spec;
-  spec.program = P2P_RANKS_PATH;
-  spec.args = {"land"};
-  spec.extra_env = {{"VESSEL_LEND_BYTES", "0"}};  // every chunk carries its own header
-  spec.ranks = 2;
-  spec.timeout = 120s;
-  launch_result r = launch_ranks(spec);
+  // Not lent: every chunk carries its own header.
+  launch_result r = run(2, "tcp", {"land"}, 120s, {{"VESSEL_LEND_BYTES", "0"}});
   expect_all_ok(r);
   std::printf("%s", r.outputs[1].c_str());
 }
@@ -106,13 +103,8 @@ TEST_F(p2p_launch, receives_that_time_out_while_a_message_lands_lose_nothing) {
   // 1 ms receive timeouts against a paced stream of 1 MiB messages (one chunk each): most land
   // in a posted receive, and a timeout that falls while one lands (some tens per run, seen
   // with a probe in the runtime's deferred-cancel branch) waits for it and returns it.
-  launch_spec spec;
-  spec.program = P2P_RANKS_PATH;
-  spec.args = {"timeouts", "60", std::to_string(1 << 20)};
-  spec.extra_env = {{"VESSEL_LEND_BYTES", "0"}};
-  spec.ranks = 2;
-  spec.timeout = 120s;
-  launch_result r = launch_ranks(spec);
+  launch_result r =
+      run(2, "tcp", {"timeouts", "60", std::to_string(1 << 20)}, 120s, {{"VESSEL_LEND_BYTES", "0"}});
   expect_all_ok(r);
   std::printf("%s", r.outputs[1].c_str());
 }

@@ -37,6 +37,19 @@ std::vector<planned> all_pairs_script(std::uint32_t self, std::uint32_t world, i
   return s;
 }
 
+/// Closes the connection between nodes 0 and 1 six times, 5 ms apart, from either side in turn,
+/// while their streams run.
+void cut_six_times(cluster& c) {
+  for (int cut = 0; cut < 6; ++cut) {
+    std::this_thread::sleep_for(5ms);
+    auto& n = *c.nodes[cut % 2];
+    test::on_reactor(n.r(), [&] {
+      n.m().drop_connection(cut % 2 == 0 ? 1 : 0);
+      return 0;
+    });
+  }
+}
+
 void run_all_pairs(mesh_transport t, const std::string& prefix, bool land = false,
                    bool lendable = false) {
   constexpr std::uint32_t world = 3;
@@ -113,14 +126,7 @@ TEST(mesh, a_landing_message_survives_connections_cut_mid_stream) {
     a_to_b.push_back({1, static_cast<std::uint64_t>(i % 3), 16 + static_cast<std::size_t>(i % 7) * 200000});
   }
   c.nodes[0]->send_all(a_to_b);
-  for (int cut = 0; cut < 6; ++cut) {
-    std::this_thread::sleep_for(5ms);
-    auto& n = *c.nodes[cut % 2];
-    test::on_reactor(n.r(), [&] {
-      n.m().drop_connection(cut % 2 == 0 ? 1 : 0);
-      return 0;
-    });
-  }
+  cut_six_times(c);
   ASSERT_TRUE(c.nodes[1]->wait_received(count)) << c.nodes[1]->received();
   EXPECT_TRUE(c.nodes[1]->errors().empty()) << c.nodes[1]->errors().front();
   EXPECT_EQ(c.nodes[1]->landed(), std::uint64_t{count});
@@ -156,14 +162,7 @@ TEST(mesh, every_message_arrives_once_in_order_when_connections_are_cut_mid_stre
   c.nodes[0]->send_all(a_to_b);
   c.nodes[1]->send_all(b_to_a);
   // Cut from both sides, several times, while the streams run.
-  for (int cut = 0; cut < 6; ++cut) {
-    std::this_thread::sleep_for(5ms);
-    auto& n = *c.nodes[cut % 2];
-    test::on_reactor(n.r(), [&] {
-      n.m().drop_connection(cut % 2 == 0 ? 1 : 0);
-      return 0;
-    });
-  }
+  cut_six_times(c);
   ASSERT_TRUE(c.nodes[1]->wait_received(count)) << c.nodes[1]->received();
   ASSERT_TRUE(c.nodes[0]->wait_received(count)) << c.nodes[0]->received();
   EXPECT_TRUE(c.nodes[0]->errors().empty()) << c.nodes[0]->errors().front();
