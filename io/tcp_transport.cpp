@@ -374,7 +374,13 @@ void tcp_transport::read_ready() {
 }
 
 void tcp_transport::poll() noexcept {
-  if (state_ != state::open || callbacks_running_ > 0) return;
+  if (callbacks_running_ > 0) return;
+  if (state_ != state::open) {
+    // A direct send that failed while the loop was lent (fail() in flush_direct) left no op in
+    // flight whose completion would end the close: the next turn of either holder ends it.
+    maybe_finish();  // may destroy this transport (on_closed)
+    return;
+  }
   if (reactor_.lent()) {
     read_ready();
     if (state_ == state::open && count_ > 0 && !send_op_.in_flight()) {

@@ -198,5 +198,30 @@ TEST(tcp_lending, a_peer_that_closes_while_the_loop_is_lent_ends_with_connection
   EXPECT_TRUE(p.r.lent());
 }
 
+// A send that fails while the loop is lent (the peer is gone) leaves no op in flight whose
+// completion would end the close: the borrower's next turns, or the reactor thread taking the
+// loop back, must end it. Before, the transport stayed "closing" and never said on_closed, and a
+// mesh link kept its dead connection until the peer-silence deadline (10 s) took the link down.
+TEST(tcp_lending, a_send_that_fails_while_the_loop_is_lent_ends_the_transport) {
+  lent_pair p;
+  ::close(p.peer);
+  p.peer = -1;
+  // No turn ran since the close: the send, not a read, finds the peer gone.
+  EXPECT_TRUE(p.transport->send_copy(test::data_header(1, 0), {}));
+  ASSERT_TRUE(turn_until(p.r, [&] { return p.handler.closed.load(); }))
+      << "no on_closed after the failed send";
+  EXPECT_EQ(p.handler.reason, make_error_code(errc::connection_reset)) << p.handler.reason.message();
+}
+
+TEST(tcp_lending, a_send_that_failed_while_lent_is_ended_by_the_reactor_thread_taking_the_loop_back) {
+  lent_pair p;
+  ::close(p.peer);
+  p.peer = -1;
+  EXPECT_TRUE(p.transport->send_copy(test::data_header(1, 0), {}));
+  p.r.give_back(false);
+  EXPECT_TRUE(eventually([&] { return p.handler.closed.load(std::memory_order_acquire); }))
+      << "the reactor thread never ended the close";
+}
+
 }  // namespace
 }  // namespace vessel::io
