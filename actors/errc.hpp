@@ -59,6 +59,7 @@ enum class errc {
   mesh_handshake_timeout,   ///< a connection did not finish the handshake in time.
   mesh_connect_timeout,     ///< mesh::connect: not every peer was up by the deadline.
   mesh_protocol_error,      ///< a peer sent a frame that breaks the link protocol.
+  bad_scheduler_override,   ///< VESSEL_CAF_SCHEDULER is not one of sharing, stealing.
 };
 
 const std::error_category& actors_category() noexcept;

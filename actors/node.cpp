@@ -27,6 +27,7 @@ using actors::link_event;
 namespace {
 
 constexpr const char* threads_var = "VESSEL_CAF_THREADS";
+constexpr const char* scheduler_var = "VESSEL_CAF_SCHEDULER";
 constexpr auto start_timeout = 10s;
 constexpr auto stop_timeout = 30s;
 
@@ -59,6 +60,17 @@ actors::detailed_result<void> node_config::apply_env(const actors::env_view& env
                               "' is not a thread count between 1 and 256");
     }
     scheduler_threads = n;
+  }
+  if (auto v = env.get(scheduler_var)) {
+    if (*v == "sharing") {
+      scheduler = caf_scheduler::sharing;
+    } else if (*v == "stealing") {
+      scheduler = caf_scheduler::stealing;
+    } else {
+      return actors::fail(actors::errc::bad_scheduler_override,
+                          std::string{scheduler_var} + "='" + *v +
+                              "' is not a CAF scheduler: sharing or stealing");
+    }
   }
   return outcome::success();
 }
@@ -93,6 +105,9 @@ node::node(node_config config, transport_factory make_transport)
                             "node: a world larger than 1 needs a transport (the mesh)");
   }
   caf_config_.set("scheduler.max-threads", config_.scheduler_threads);
+  caf_config_.set("scheduler.policy", config_.scheduler == caf_scheduler::sharing
+                                          ? caf::atom("sharing")
+                                          : caf::atom("stealing"));
   system_ = std::make_unique<caf::actor_system>(caf_config_);
   if (auto started = reactor_.start(); !started) {
     throw std::system_error(started.error(), "node: the reactor did not start");

@@ -43,12 +43,24 @@
 
 namespace vessel {
 
+/// How CAF's workers find the actors that have mail (caf.scheduler.policy).
+enum class caf_scheduler {
+  /// One shared queue; an idle worker sleeps on a condition variable and is woken by the next
+  /// enqueue. Every hop from the reactor or the app to an actor costs one wake-up.
+  sharing,
+  /// CAF's default: per-worker queues; an idle worker polls, then sleeps between polls (50 us,
+  /// later 10 ms), so a message to an idle system waits out part of a sleep.
+  stealing,
+};
+
 /// Every key of a node with its default.
 struct node_config {
   std::uint32_t rank = 0;
   std::uint32_t world_size = 1;
   /// CAF worker threads (caf.scheduler.max-threads); VESSEL_CAF_THREADS.
   std::size_t scheduler_threads = 2;
+  /// CAF's scheduling policy; VESSEL_CAF_SCHEDULER (`sharing` or `stealing`).
+  caf_scheduler scheduler = caf_scheduler::sharing;
   /// The root supervisor and the per-peer supervisors (restart backoff, limits).
   actors::supervisor_config supervision{};
   /// How often a peer's link actor may fail within the window before the peer is given up.
@@ -65,7 +77,7 @@ struct node_config {
   /// The pool for payloads apps send (and the loopback's messages).
   io::buffer_pool_config pool = io::buffer_pool_config::defaults();
 
-  /// Reads VESSEL_CAF_THREADS; a malformed value is an error naming it.
+  /// Reads VESSEL_CAF_THREADS and VESSEL_CAF_SCHEDULER; a malformed value is an error naming it.
   actors::detailed_result<void> apply_env(const actors::env_view& env);
 
   /// 16 MiB or 1024 messages unexpected.

@@ -105,6 +105,46 @@ TEST(node_test, world_of_one_sends_to_itself_through_the_typed_rank_actor) {
   n.stop();
 }
 
+TEST(node_test, the_config_reads_the_caf_thread_count_and_scheduler_from_the_environment) {
+  node_config cfg;
+  EXPECT_EQ(cfg.scheduler, caf_scheduler::sharing);
+  ASSERT_TRUE(cfg.apply_env(env_view::from_map(
+      {{"VESSEL_CAF_THREADS", "3"}, {"VESSEL_CAF_SCHEDULER", "stealing"}})));
+  EXPECT_EQ(cfg.scheduler_threads, 3u);
+  EXPECT_EQ(cfg.scheduler, caf_scheduler::stealing);
+  ASSERT_TRUE(cfg.apply_env(env_view::from_map({{"VESSEL_CAF_SCHEDULER", "sharing"}})));
+  EXPECT_EQ(cfg.scheduler, caf_scheduler::sharing);
+  EXPECT_EQ(cfg.scheduler_threads, 3u);  // a variable not set leaves its key alone
+
+  auto bad = cfg.apply_env(env_view::from_map({{"VESSEL_CAF_SCHEDULER", "fifo"}}));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, make_error_code(errc::bad_scheduler_override));
+  EXPECT_NE(bad.error().detail.find("VESSEL_CAF_SCHEDULER='fifo'"), std::string::npos)
+      << bad.error().detail;
+  bad = cfg.apply_env(env_view::from_map({{"VESSEL_CAF_THREADS", "0"}}));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, make_error_code(errc::malformed_number));
+  EXPECT_EQ(cfg.scheduler_threads, 3u);  // a refused value changes nothing
+}
+
+TEST(node_test, the_rank_actor_works_under_either_caf_scheduler) {
+  for (caf_scheduler policy : {caf_scheduler::sharing, caf_scheduler::stealing}) {
+    node_config cfg = small_config();
+    cfg.scheduler = policy;
+    vessel::node n{cfg};
+    {
+      caf::scoped_actor self{n.system()};
+      rank_actor rank = n.rank_actor();
+      ASSERT_TRUE(rank);
+      for (int i = 0; i < 50; ++i) send(self, rank, 0, 7, text(n, std::to_string(i)));
+      for (int i = 0; i < 50; ++i) {
+        ASSERT_EQ(receive(self, rank, 0, 7).data.view(), std::to_string(i));
+      }
+    }
+    n.stop();
+  }
+}
+
 TEST(node_test, a_killed_rank_actor_is_restarted_and_works) {
   vessel::node n{small_config()};
   {
