@@ -436,8 +436,9 @@ void runtime::shutdown() {
 template <class Done>
 bool runtime::drive_until(Done&& done, clock::time_point deadline) noexcept {
   if (!options_.caller_progress || !reactor_ || !reactor_->borrow()) return false;
-  const auto budget_end = clock::now() + options_.caller_spin;
-  const auto until = std::min(deadline, budget_end);
+  // The budget is counted from the first look at the clock, 64 turns in: a wait that ends
+  // sooner (a ping-pong's) reads no clock at all.
+  clock::time_point until{};
   bool finished = false;
   for (unsigned i = 0;; ++i) {
     reactor_->borrowed_turn();
@@ -449,7 +450,11 @@ bool runtime::drive_until(Done&& done, clock::time_point deadline) noexcept {
       break;
     }
     if (reactor_->stop_requested()) break;
-    if ((i & 63) == 63 && clock::now() >= until) break;
+    if ((i & 63) == 63) {
+      const auto now = clock::now();
+      if (i == 63) until = std::min(deadline, now + options_.caller_spin);
+      if (now >= until) break;
+    }
   }
   // Done: stay parked-lent for a moment (the caller's next call is likely near). Still waiting:
   // the reactor thread takes the loop at once, and its completion wakes our sleep.
@@ -515,6 +520,19 @@ bool runtime::enqueue(p2p_request& r, bool cancel) noexcept {
 void runtime::submit(p2p_request& r) noexcept {
   r.events_owner_ = r.signal_events_ ? this : nullptr;
   r.runtime_ = this;
+  // Nobody holds the loop (its reactor thread parked after a caller's borrow): start the request
+  // here, behind what other threads queued, instead of posting it and running a whole turn of
+  // completions and pollers for it; a send is then done when submit returns. Given back
+  // lingering, so that the wait that usually follows borrows it again at once.
+  if (options_.caller_progress && reactor_ && reactor_->try_borrow()) {
+    {
+      std::lock_guard lock{queue_mutex_};
+      incoming_.push_back({&r, false});
+    }
+    flush();
+    reactor_->give_back();
+    return;
+  }
   enqueue(r, false);
 }
 

@@ -539,6 +539,21 @@ bool reactor::borrow() noexcept {
   return true;
 }
 
+bool reactor::try_borrow() noexcept {
+  if (!config_.lendable || !config_.own_thread || is_reactor_thread() ||
+      !lending_allowed_.load(std::memory_order_acquire) ||
+      stop_requested_.load(std::memory_order_acquire)) {
+    return false;
+  }
+  std::uint32_t expected = loop_free;
+  if (!holder_.compare_exchange_strong(expected, loop_borrower, std::memory_order_acquire)) {
+    return false;
+  }
+  owner_.store(std::this_thread::get_id(), std::memory_order_release);
+  lent_ = true;
+  return true;
+}
+
 void reactor::borrowed_turn() {
   assert(lent_ && is_reactor_thread());
   turn(std::chrono::nanoseconds::zero());

@@ -131,6 +131,10 @@ class reactor {
   /// False, at once, when the reactor is not lendable, is stopping, or another borrower holds
   /// the loop (the caller then waits as it would without borrowing).
   bool borrow() noexcept;
+  /// borrow() only if nobody holds the loop now (the reactor thread parked after a lend, no
+  /// other borrower): never asks the reactor thread to let go, never waits. For work that is
+  /// cheaper run at once than handed over (runtime::submit), and that can be handed over instead.
+  bool try_borrow() noexcept;
   /// One turn of a borrowed loop without blocking: posted work, due timers, completions,
   /// pollers. SQEs prepared meanwhile go out when the reactor thread takes the loop back.
   /// Borrower only.

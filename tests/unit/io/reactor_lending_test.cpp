@@ -119,6 +119,40 @@ TEST(reactor_lending, a_second_borrower_is_refused_while_the_first_holds_the_loo
   r.stop();
 }
 
+TEST(reactor_lending, try_borrow_takes_only_a_loop_nobody_holds) {
+  // A linger far beyond the test's patience: the loop stays free after a lingering give_back.
+  reactor r{lendable(std::chrono::microseconds{std::chrono::hours{1}})};
+  ASSERT_TRUE(r.start());
+  // The reactor thread holds the loop (it waits in the kernel): try_borrow neither asks it to
+  // let go nor waits for it.
+  EXPECT_FALSE(r.try_borrow());
+  ASSERT_TRUE(run_on_loop(r, [] {}));  // and its thread still runs the loop
+  ASSERT_TRUE(r.borrow());
+  bool other_got_it = true;
+  std::thread other{[&] { other_got_it = r.try_borrow(); }};
+  other.join();
+  EXPECT_FALSE(other_got_it);  // a borrower holds it
+  r.give_back();               // lingering: free, the reactor thread parked
+  std::thread third{[&] {
+    other_got_it = r.try_borrow();
+    if (other_got_it) {
+      EXPECT_TRUE(r.is_reactor_thread());
+      EXPECT_TRUE(r.lent());
+      r.give_back(false);
+    }
+  }};
+  third.join();
+  EXPECT_TRUE(other_got_it);
+  std::thread::id ran_on{};
+  ASSERT_TRUE(run_on_loop(r, [&] { ran_on = std::this_thread::get_id(); }));
+  EXPECT_NE(ran_on, std::this_thread::get_id());  // handed back at once: the reactor thread
+  r.allow_lending(false);
+  EXPECT_FALSE(r.try_borrow());
+  r.stop();
+  r.allow_lending(true);
+  EXPECT_FALSE(r.try_borrow());
+}
+
 TEST(reactor_lending, borrowing_is_refused_when_not_lendable_disallowed_or_stopping) {
   reactor plain{reactor_config{}};
   ASSERT_TRUE(plain.start());
