@@ -193,7 +193,7 @@ void peer_link::on_frame(const wire::frame_header& header, std::span<const std::
   liveness_.on_received(t);
   switch (header.kind()) {
     case wire::frame_kind::data:
-      on_data(header, std::get<wire::data_fields>(header.body), payload);
+      on_data(header, std::get<wire::data_fields>(header.body), payload, t);
       break;
     case wire::frame_kind::ack: {
       auto acked = sender_.on_ack(std::get<wire::ack_fields>(header.body).cumulative_seq);
@@ -236,9 +236,9 @@ std::span<std::byte> peer_link::payload_destination(const wire::frame_header& he
 }
 
 void peer_link::on_data(const wire::frame_header& header, const wire::data_fields& data,
-                        std::span<const std::byte> payload) {
+                        std::span<const std::byte> payload, link_time t) {
   if (header.seq != 0 && header.seq <= receiver_.last_seq_seen()) {
-    (void)receiver_.on_frame(header, now());  // counts the duplicate
+    (void)receiver_.on_frame(header, t);  // counts the duplicate
     return;
   }
   if (data.src != peer_ || data.dst != owner_.config.self_rank) {
@@ -263,7 +263,7 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
       return;
     }
   }
-  auto verdict = receiver_.on_frame(header, now());
+  auto verdict = receiver_.on_frame(header, t);
   if (!verdict) return fail(verdict.error(), "bad data frame");
   if (verdict.value() == receive_verdict::duplicate) {
     if (first) abandon_landing(false);

@@ -116,7 +116,7 @@ class peer_link {
   bool send_frame(const wire::frame_header& header, const io::buffer_slice& payload);
   bool send_control(const wire::frame_header& header);
   void on_data(const wire::frame_header& header, const wire::data_fields& data,
-               std::span<const std::byte> payload);
+               std::span<const std::byte> payload, link_time t);
   void report_consumed(std::uint64_t bytes);
   void flush_ack(link_time t);
   void arm_timer(link_time deadline);
