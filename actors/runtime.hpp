@@ -178,7 +178,8 @@ class runtime : private mesh_observer, private credit_sink {
   std::uint32_t size() const noexcept { return world_; }
   const launch_info& launch() const noexcept { return launch_; }
 
-  /// Any thread. Hands `r` to the reactor (batched). `r` must stay alive until r.done().
+  /// Any thread. Starts `r`: on this thread when nobody holds the loop (caller-driven progress),
+  /// else through the reactor's queue (batched). `r` must stay alive until r.done().
   void submit(p2p_request& r) noexcept;
   /// Any thread but the reactor's. Caller-driven progress for a wait on something other than a
   /// request (a lent buffer coming back): runs the loop here until `done(ctx)`, the
