@@ -501,7 +501,11 @@ void reactor::park_while_lent() {
   run_pollers();
 }
 
-bool reactor::borrow() noexcept {
+bool reactor::borrow() noexcept { return take_loop(true); }
+
+bool reactor::try_borrow() noexcept { return take_loop(false); }
+
+bool reactor::take_loop(bool ask_reactor_thread) noexcept {
   if (!config_.lendable || !config_.own_thread || is_reactor_thread() ||
       !lending_allowed_.load(std::memory_order_acquire)) {
     return false;
@@ -510,6 +514,7 @@ bool reactor::borrow() noexcept {
   std::uint32_t expected = loop_free;
   if (!holder_.compare_exchange_strong(expected, loop_borrower, std::memory_order_acquire)) {
     if (expected == loop_borrower) return false;  // another caller drives: it completes ours too
+    if (!ask_reactor_thread) return false;
     // The reactor thread holds the loop: ask, and end its wait with a post (whose protocol
     // never loses a wake-up), then wait for it to let go.
     lend_requests_.fetch_add(1, std::memory_order_acq_rel);
@@ -533,21 +538,6 @@ bool reactor::borrow() noexcept {
       }
     }
     lend_requests_.fetch_sub(1, std::memory_order_acq_rel);
-  }
-  owner_.store(std::this_thread::get_id(), std::memory_order_release);
-  lent_ = true;
-  return true;
-}
-
-bool reactor::try_borrow() noexcept {
-  if (!config_.lendable || !config_.own_thread || is_reactor_thread() ||
-      !lending_allowed_.load(std::memory_order_acquire) ||
-      stop_requested_.load(std::memory_order_acquire)) {
-    return false;
-  }
-  std::uint32_t expected = loop_free;
-  if (!holder_.compare_exchange_strong(expected, loop_borrower, std::memory_order_acquire)) {
-    return false;
   }
   owner_.store(std::this_thread::get_id(), std::memory_order_release);
   lent_ = true;

@@ -229,6 +229,7 @@ class reactor {
   void turn(std::chrono::nanoseconds max_wait);
   void lent_loop();        // the reactor thread's loop when lendable
   void park_while_lent();  // the reactor thread, between giving the loop away and taking it back
+  bool take_loop(bool ask_reactor_thread) noexcept;  // borrow(), try_borrow()
   void run_pollers() noexcept;
   bool spin_for_work(std::chrono::nanoseconds budget);
   void wait(std::chrono::nanoseconds max_wait);
