@@ -1,5 +1,6 @@
 #include "collectives/reduce.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -223,6 +224,25 @@ result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> 
 result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> in, dtype t,
                          reduce_op op) noexcept {
   return reduce_into(inout, in, t, op, default_kernel_isa());
+}
+
+result<void> reduce_to(std::span<std::byte> out, std::span<const std::byte> a,
+                       std::span<const std::byte> b, dtype t, reduce_op op) noexcept {
+  const kernel_isa isa = default_kernel_isa();
+  VESSEL_TRY(reduce_into(out.first(0), b.first(0), t, op, isa));  // type and op, before any write
+  if (out.size() != a.size() || out.size() != b.size() || out.size() % size_of(t) != 0) {
+    return errc::size_mismatch;
+  }
+  // In L1-sized pieces: each piece of `a` is copied into `out` and reduced there while it is
+  // still in cache, so memory sees one read of each operand and one write, as a three-operand
+  // kernel would (without a second set of kernels). Powers of two: whole elements per piece.
+  constexpr std::size_t piece = 8192;
+  for (std::size_t at = 0; at < out.size(); at += piece) {
+    const std::size_t n = std::min(piece, out.size() - at);
+    if (out.data() != a.data()) std::memcpy(out.data() + at, a.data() + at, n);
+    VESSEL_TRY(reduce_into(out.subspan(at, n), b.subspan(at, n), t, op, isa));
+  }
+  return outcome::success();
 }
 
 result<void> finish_average(std::span<std::byte> inout, dtype t,

@@ -40,6 +40,13 @@ result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> 
 result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> in, dtype t,
                          reduce_op op, kernel_isa isa) noexcept;
 
+/// out[i] = a[i] op b[i]: reduce_into with the left operand read from `a` instead of `out`, so a
+/// collective reduces its own input and a peer's chunk into the output in one pass (a copy of the
+/// input first would cost a pass more over memory). `out` may be `a` itself; `b` must not overlap
+/// `out`. Same results and errors as reduce_into (all three lengths equal).
+result<void> reduce_to(std::span<std::byte> out, std::span<const std::byte> a,
+                       std::span<const std::byte> b, dtype t, reduce_op op) noexcept;
+
 /// Divides every element by `contributors` once an avg has been summed: integers truncate
 /// toward zero, floats divide (float16/bfloat16 in float32, rounded back).
 /// Errors: invalid_argument (zero contributors), unsupported_type, size_mismatch.

@@ -83,10 +83,12 @@ result<receive_status> binomial_reduce::on_receive(std::uint32_t peer, std::uint
   if (*child > 0 && next_chunk_[*child - 1] <= chunk) return receive_status::not_yet;
 
   const auto acc = accumulator_.subspan(range.offset, range.bytes);
-  if (*child == 0 && acc.data() != buffers_.input.data() + range.offset) {
-    std::memcpy(acc.data(), buffers_.input.data() + range.offset, range.bytes);
+  if (*child == 0) {  // the first contribution in: our own input and the child's, one pass
+    VESSEL_TRY(reduce_to(acc, buffers_.input.subspan(range.offset, range.bytes), data,
+                         params_.type, params_.op));
+  } else {
+    VESSEL_TRY(reduce_into(acc, data, params_.type, params_.op));
   }
-  VESSEL_TRY(reduce_into(acc, data, params_.type, params_.op));
   ++next_chunk_[*child];
   if (*child + 1 == tree_.children().size()) {
     VESSEL_TRY(complete_chunk(chunk, out));

@@ -86,9 +86,12 @@ result<void> ring_pipeline::start(const algorithm_buffers& buffers, std::vector<
   buffers_ = buffers;
   const std::uint32_t r = params_.rank;
 
-  // Lay out the working vector: allreduce and allgather work in the output (in place when the
-  // input already sits there); reduce_scatter reads the input and reduces chunk by chunk.
-  if (kind_ == kind::allreduce && whole != 0 && buffers.input.data() != buffers.output.data()) {
+  // Lay out the working vector. allreduce reads its own blocks from the input and writes each
+  // output block once (reduced from the input and a peer's chunk, or the final block copied in),
+  // so the input is copied over only when there is nobody to reduce with. allgather works in the
+  // output; reduce_scatter reads the input and reduces chunk by chunk.
+  if (kind_ == kind::allreduce && p == 1 && whole != 0 &&
+      buffers.input.data() != buffers.output.data()) {
     std::memmove(buffers.output.data(), buffers.input.data(), whole);
   }
   if (kind_ == kind::allgather && block_bytes != 0 &&
@@ -110,7 +113,7 @@ result<void> ring_pipeline::start(const algorithm_buffers& buffers, std::vector<
   if (n == 0) return outcome::success();  // one rank: the layout above was all of it
 
   const byte_range first = block(block_sent(0));
-  const buffer_id source = kind_ == kind::reduce_scatter ? buffer_id::input : buffer_id::output;
+  const buffer_id source = kind_ == kind::allgather ? buffer_id::output : buffer_id::input;
   for (std::uint32_t c = 0, chunks = chunk_count(first.bytes, granule_); c < chunks; ++c) {
     const byte_range piece = chunk_of(first, granule_, c);
     send_chunk(0, c, source, piece.offset, piece.bytes, out);
@@ -140,26 +143,29 @@ result<void> ring_pipeline::apply(std::uint32_t step, std::uint32_t chunk, byte_
   const std::uint32_t last_reduce = params_.size - 2;
   const bool forward = step + 1 < steps();
   if (kind_ == kind::reduce_scatter) {
-    // Reduce into one chunk of scratch: forwarded at once (the driver copies it before our next
-    // call), or, at the last step, this rank's result. Never writes the input.
-    const auto tmp = buffers_.scratch.first(where.bytes);
-    std::memcpy(tmp.data(), buffers_.input.data() + where.offset, where.bytes);
-    VESSEL_TRY(reduce_into(tmp, data, params_.type, params_.op));
+    // Reduce into one chunk of scratch, forwarded at once (the driver copies it before our next
+    // call), or at the last step straight into this rank's result. Never writes the input.
+    const auto own = buffers_.input.subspan(where.offset, where.bytes);
     if (forward) {
+      VESSEL_TRY(reduce_to(buffers_.scratch.first(where.bytes), own, data, params_.type,
+                           params_.op));
       send_chunk(step + 1, chunk, buffer_id::scratch, 0, where.bytes, out);
       return outcome::success();
     }
+    const auto result =
+        buffers_.output.subspan(where.offset - block(params_.rank).offset, where.bytes);
+    VESSEL_TRY(reduce_to(result, own, data, params_.type, params_.op));
     if (params_.op == reduce_op::avg) {
-      VESSEL_TRY(finish_average(tmp, params_.type, params_.size));
+      VESSEL_TRY(finish_average(result, params_.type, params_.size));
     }
-    const std::size_t at = where.offset - block(params_.rank).offset;
-    std::memcpy(buffers_.output.data() + at, tmp.data(), tmp.size());
     return outcome::success();
   }
 
   const auto mine = buffers_.output.subspan(where.offset, where.bytes);
   if (is_reducing_step(step)) {
-    VESSEL_TRY(reduce_into(mine, data, params_.type, params_.op));
+    // The first write of this block here: our input's share and the peer's partial sum.
+    VESSEL_TRY(reduce_to(mine, buffers_.input.subspan(where.offset, where.bytes), data,
+                         params_.type, params_.op));
     if (step == last_reduce && params_.op == reduce_op::avg) {
       VESSEL_TRY(finish_average(mine, params_.type, params_.size));  // final: average once
     }

@@ -297,6 +297,53 @@ TEST(CollectivesReduce, InPlaceOperandAliasingInout) {
   }
 }
 
+// ---- reduce_to: out = a op b -------------------------------------------------------------------
+
+TEST(CollectivesReduce, ReduceToEqualsCopyThenReduceInto) {
+  std::mt19937_64 rng(11);
+  // Across the 8 KiB pieces reduce_to works in: inside one, on a boundary, several and a tail.
+  const std::size_t byte_counts[] = {0, 8, 24, 8192, 8200, 3 * 8192 + 40, 70000};
+  for (dtype t : all_types) {
+    for (reduce_op op : all_ops) {
+      if (!supports(t, op)) continue;
+      for (std::size_t bytes : byte_counts) {
+        const std::size_t count = bytes / size_of(t);
+        const auto a = random_elements(t, count, rng);
+        const auto b = random_elements(t, count, rng);
+        auto expected = a;
+        ASSERT_TRUE(reduce_into(expected, b, t, op));
+        std::vector<std::byte> out(a.size(), std::byte{0x5A});
+        ASSERT_TRUE(reduce_to(out, a, b, t, op));
+        ASSERT_EQ(out, expected) << to_string(t) << " " << to_string(op) << " " << count;
+        // `out` may be `a` itself (an in-place collective reduces its input where it lies).
+        auto in_place = a;
+        ASSERT_TRUE(reduce_to(in_place, in_place, b, t, op));
+        ASSERT_EQ(in_place, expected) << to_string(t) << " " << to_string(op) << " " << count;
+      }
+    }
+  }
+}
+
+TEST(CollectivesReduce, ReduceToRefusesBadCallsBeforeWritingAnything) {
+  const std::vector<std::byte> untouched(16, std::byte{7});
+  std::vector<std::byte> out = untouched, a(16, std::byte{1}), b(16, std::byte{2}), b12(12),
+                         a6(6), b6(6), out6(6, std::byte{7});
+  auto r = reduce_to(out, a, b, dtype::float32, reduce_op::band);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error(), errc::unsupported_op);
+  r = reduce_to(out, a, b, static_cast<dtype>(42), reduce_op::sum);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error(), errc::unsupported_type);
+  r = reduce_to(out, a, b12, dtype::int32, reduce_op::sum);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error(), errc::size_mismatch);
+  EXPECT_EQ(out, untouched);
+  r = reduce_to(out6, a6, b6, dtype::float32, reduce_op::sum);  // not whole elements
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error(), errc::size_mismatch);
+  EXPECT_EQ(out6, std::vector<std::byte>(6, std::byte{7}));
+}
+
 bool is_nan(dtype t, const std::byte* p) {
   switch (t) {
     case dtype::float16: return std::isnan(decode(get<std::uint16_t>(p, 0), f16_format));
