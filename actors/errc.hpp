@@ -60,6 +60,7 @@ enum class errc {
   mesh_connect_timeout,     ///< mesh::connect: not every peer was up by the deadline.
   mesh_protocol_error,      ///< a peer sent a frame that breaks the link protocol.
   bad_scheduler_override,   ///< VESSEL_CAF_SCHEDULER is not one of sharing, stealing.
+  mesh_bad_split,           ///< a split message's head is not whole fragments, or goes to self.
 };
 
 const std::error_category& actors_category() noexcept;

@@ -530,11 +530,13 @@ detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::millise
                   format_seconds(deadline) + ": " + missing);
 }
 
-result<void> mesh::send(std::uint32_t dst, std::uint64_t tag, io::buffer_slice payload) {
+result<void> mesh::send(std::uint32_t dst, std::uint64_t tag, io::buffer_slice payload,
+                        io::buffer_slice tail) {
   impl& m = *impl_;
   if (dst >= config_.world_size) return make_error_code(errc::rank_out_of_range);
   if (m.closing) return make_error_code(errc::mesh_closed);
-  if (dst != config_.self_rank) return m.links[dst]->send(tag, std::move(payload));
+  if (dst != config_.self_rank) return m.links[dst]->send(tag, std::move(payload), std::move(tail));
+  if (!tail.empty()) return make_error_code(errc::mesh_bad_split);  // a self message: one block
   if (m.self_count == m.self_queue.size()) {
     m.self_blocked = true;
     return make_error_code(errc::link_would_block);

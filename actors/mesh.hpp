@@ -243,7 +243,14 @@ class mesh {
   /// referenced until every fragment is acked. Errors: link_would_block (queue full; on_writable
   /// follows), mesh_message_too_large (over max_message_bytes), mesh_peer_down, mesh_closed,
   /// rank_out_of_range.
-  result<void> send(std::uint32_t dst, std::uint64_t tag, io::buffer_slice payload);
+  /// A non-empty `tail` follows `payload` in the same message (the receiver sees one message of
+  /// both): a sender copies a small head (a header and the first bytes) and lends the bulk
+  /// without copying it. `payload` must then be whole fragments (mesh_config::fragment_bytes),
+  /// so that every fragment lies in one of the two, and `dst` another rank (mesh_bad_split).
+  result<void> send(std::uint32_t dst, std::uint64_t tag, io::buffer_slice payload,
+                    io::buffer_slice tail = {});
+  /// The bytes of every data frame but a message's last (mesh_config::fragment_bytes).
+  std::size_t fragment_bytes() const noexcept { return config_.fragment_bytes; }
 
   /// Reactor thread only: the app is done with `bytes` of messages from `src` (any split of
   /// the bytes delivered, e.g. one call per message). Credit goes back to the sender only

@@ -91,11 +91,14 @@ void peer_link::set_state(peer_state s, std::error_code why) {
 
 // ---------------------------------------------------------------------------------- send side
 
-result<void> peer_link::send(std::uint64_t tag, io::buffer_slice payload) {
+result<void> peer_link::send(std::uint64_t tag, io::buffer_slice payload, io::buffer_slice tail) {
   if (closing_) return make_error_code(errc::mesh_closed);
   if (state_ == peer_state::down) return make_error_code(errc::mesh_peer_down);
-  if (payload.size() > owner_.pool.max_block_size()) {
+  if (payload.size() + tail.size() > owner_.pool.max_block_size()) {
     return make_error_code(errc::mesh_message_too_large);
+  }
+  if (!tail.empty() && (payload.size() == 0 || payload.size() % fragment_bytes_ != 0)) {
+    return make_error_code(errc::mesh_bad_split);  // a fragment would straddle the two
   }
   if (queue_count_ == queue_.size()) {
     blocked_ = true;
@@ -106,6 +109,7 @@ result<void> peer_link::send(std::uint64_t tag, io::buffer_slice payload) {
   m.tag = tag;
   m.message_id = next_message_id_++;
   m.payload = std::move(payload);
+  m.tail = std::move(tail);
   m.next_fragment = 0;
   ++queue_count_;
   pump();
@@ -117,7 +121,8 @@ void peer_link::pump() {
   pumping_ = true;
   while (queue_count_ > 0) {
     pending_message& m = queue_[queue_head_];
-    const std::uint64_t total = m.payload.size();
+    const std::uint64_t head = m.payload.size();
+    const std::uint64_t total = head + m.tail.size();
     const auto count =
         static_cast<std::uint32_t>(total == 0 ? 1 : (total - 1) / fragment_bytes_ + 1);
     while (m.next_fragment < count) {
@@ -128,7 +133,8 @@ void peer_link::pump() {
       h.payload_len = static_cast<std::uint32_t>(len);
       h.body = wire::data_fields{owner_.config.self_rank, peer_, m.tag, m.message_id,
                                  m.next_fragment,         count, total, offset};
-      auto submitted = sender_.submit(h, m.payload.subslice(offset, len));
+      auto submitted = sender_.submit(h, offset < head ? m.payload.subslice(offset, len)
+                                                       : m.tail.subslice(offset - head, len));
       if (!submitted) {
         // writable() said yes: only a misconfiguration (fragment over the send bound) gets here.
         log::get("actors").error("link to rank {}: message {} dropped: {}", peer_, m.message_id,
@@ -141,6 +147,7 @@ void peer_link::pump() {
     if (m.next_fragment < count) break;
     ++stats_.messages_sent;
     m.payload.reset();
+    m.tail.reset();
     queue_head_ = (queue_head_ + 1) % queue_.size();
     --queue_count_;
   }

@@ -48,7 +48,7 @@ class peer_link {
   bool dials() const noexcept;
 
   /// Queues one message (see mesh::send).
-  result<void> send(std::uint64_t tag, io::buffer_slice payload);
+  result<void> send(std::uint64_t tag, io::buffer_slice payload, io::buffer_slice tail = {});
   /// The app released `bytes` of delivered messages (see mesh::release).
   void release(std::size_t bytes);
   /// The message being reassembled into a pool block, if any (see mesh::in_progress).
@@ -106,6 +106,7 @@ class peer_link {
     std::uint64_t tag = 0;
     std::uint64_t message_id = 0;
     io::buffer_slice payload;
+    io::buffer_slice tail;  // the message's bytes after payload's (mesh::send)
     std::uint32_t next_fragment = 0;
   };
 

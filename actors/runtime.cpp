@@ -118,9 +118,16 @@ void p2p_request::make_send(p2p_request& r, std::uint32_t dst, std::uint64_t tag
   r.peer = dst;
   r.tag = tag;
   r.payload = std::move(payload);
+  r.tail.reset();
   r.error.clear();
   r.message_id = 0;
   r.state_.store(0, std::memory_order_relaxed);
+}
+
+void p2p_request::make_split_send(p2p_request& r, std::uint32_t dst, std::uint64_t tag,
+                                  io::buffer_slice head, io::buffer_slice tail) noexcept {
+  make_send(r, dst, tag, std::move(head));
+  r.tail = std::move(tail);
 }
 
 void p2p_request::make_receive(p2p_request& r, std::uint32_t source, std::uint64_t tag) noexcept {
@@ -397,6 +404,7 @@ detailed_result<void> runtime::boot(const env_view& env) {
   m.incarnation = (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
   mesh_ = std::make_unique<mesh>(*reactor_, std::move(m), static_cast<mesh_observer&>(*this));
   max_message_ = std::min(mesh_->max_message_bytes(), send_pool_->max_block_size());
+  fragment_bytes_ = mesh_->fragment_bytes();
   logger().info("rank {}: connecting {} peers (transport {}), deadline {} ms", rank_, world_ - 1,
                 env.get("VESSEL_TRANSPORT").value_or("auto"), left().count());
   if (auto connected = mesh_->connect(*store_client_, left()); !connected) {
@@ -609,9 +617,10 @@ void runtime::start_send(p2p_request& r) {
     waiting.push_back(&r);
     return;
   }
-  auto sent = mesh_->send(r.peer, r.tag, r.payload);
+  auto sent = mesh_->send(r.peer, r.tag, r.payload, r.tail);
   if (sent) {
     r.payload.reset();
+    r.tail.reset();
     r.complete({});
   } else if (sent.error() == errc::link_would_block) {
     waiting.push_back(&r);
@@ -624,10 +633,13 @@ void runtime::drain_backlog(std::uint32_t peer) {
   std::deque<p2p_request*>& waiting = backlog_[peer];
   while (!waiting.empty()) {
     p2p_request& r = *waiting.front();
-    auto sent = mesh_->send(peer, r.tag, r.payload);
+    auto sent = mesh_->send(peer, r.tag, r.payload, r.tail);
     if (!sent && sent.error() == errc::link_would_block) return;  // on_writable again later
     waiting.pop_front();
-    if (sent) r.payload.reset();
+    if (sent) {
+      r.payload.reset();
+      r.tail.reset();
+    }
     r.complete(sent ? std::error_code{} : sent.error());
   }
 }

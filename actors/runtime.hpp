@@ -54,6 +54,11 @@ class p2p_request {
   /// A send of `payload` to `dst` with `tag`.
   static void make_send(p2p_request& r, std::uint32_t dst, std::uint64_t tag,
                         io::buffer_slice payload) noexcept;
+  /// A send of one message made of `head` then `tail` (mesh::send's split message): the caller
+  /// copies a head of whole fragments (runtime::fragment_bytes) and lends the rest
+  /// (io::borrowed_memory). To another rank only; else the send fails with mesh_bad_split.
+  static void make_split_send(p2p_request& r, std::uint32_t dst, std::uint64_t tag,
+                              io::buffer_slice head, io::buffer_slice tail) noexcept;
   /// A receive from `source` (or any_source) with `tag` (or any_tag).
   static void make_receive(p2p_request& r, std::uint32_t source, std::uint64_t tag) noexcept;
   /// A receive whose message, when it is matched as it begins to arrive (the receive was
@@ -87,6 +92,8 @@ class p2p_request {
   /// send: the bytes to send (kept referenced until the mesh accepted them).
   /// receive: the bytes that arrived (a block of the mesh's pool), once done().
   io::buffer_slice payload;
+  /// send: the message's bytes after payload's (make_split_send); empty otherwise.
+  io::buffer_slice tail;
 
   // -- What happened, valid once done().
   std::error_code error;          ///< empty on success
@@ -197,6 +204,8 @@ class runtime : private mesh_observer, private credit_sink {
   io::buffer acquire_send_block(std::size_t bytes);
   /// The largest payload one message may carry (both pools' largest blocks).
   std::size_t max_message_bytes() const noexcept { return max_message_; }
+  /// The bytes of every data frame but a message's last: a split send's head is a multiple.
+  std::size_t fragment_bytes() const noexcept { return fragment_bytes_; }
 
   /// Counters of the link to `peer` (runs on the reactor; any thread but the reactor's).
   peer_link_stats link_stats(std::uint32_t peer);
@@ -277,6 +286,7 @@ class runtime : private mesh_observer, private credit_sink {
   std::uint32_t rank_ = 0;
   std::uint32_t world_ = 1;
   std::size_t max_message_ = 0;
+  std::size_t fragment_bytes_ = 0;
   std::optional<cluster_token> token_;
   std::string store_file_;  // written by rank 0 (removed at shutdown)
 

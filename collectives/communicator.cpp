@@ -125,6 +125,13 @@ struct collective_state {
   std::unique_ptr<collective_trace> trace;  // null unless VESSEL_TRACE is set
   std::uint32_t trace_lane = 0;
 
+  // Large lendable chunks go out without a copy (collective_engine::send_chunk): their bytes are
+  // the link's until the peer acked them, so the collective is done only once every loan is back.
+  std::unique_ptr<io::borrowed_memory> lent;  // null: nothing this large to send
+  std::unique_ptr<std::uint32_t[]> loans;     // a ring of lent's slots, oldest first
+  std::size_t loan_slots = 0;
+  std::size_t loan_head = 0;
+  std::size_t loans_out = 0;  // (declared before the requests, which may hold its handles)
   std::unique_ptr<actors::p2p_request[]> receives;  // a ring, posted oldest first from head
   std::size_t receive_slots = 0;
   std::size_t receive_head = 0;
@@ -175,6 +182,11 @@ struct collective_engine {
   result<void> wait_for(collective_state& s);
   void post_receive(collective_state& s, std::size_t slot);
   void send_chunk(collective_state& s, const send_step& step, std::span<const std::byte> bytes);
+  /// Lends `bytes` to the link (waiting for the oldest loan back if every slot is out).
+  io::buffer lend(collective_state& s, std::span<const std::byte> bytes);
+  /// Waits until the link holds nothing of the oldest loan (the peer acked it, or the link
+  /// dropped it going down).
+  void settle_oldest_loan(collective_state& s);
   void fail(collective_state& s, std::error_code ec, std::string detail = {});
   /// A send or receive failed: a dead member says why better than the transport does.
   void fail_transport(collective_state& s, std::string what);
@@ -258,21 +270,68 @@ void collective_engine::send_chunk(collective_state& s, const send_step& step,
     oldest.wait();
     if (oldest.error) return fail_transport(s, "send to rank " + std::to_string(oldest.peer));
     oldest.payload.reset();
+    oldest.tail.reset();
     s.send_head = (s.send_head + 1) % s.send_slots;
     --s.sends_out;
   }
   if (step.peer >= s.group->size()) return fail(s, make_error_code(errc::invalid_argument));
-  io::buffer block = rt->acquire_send_block(header_bytes + bytes.size());
+  const std::uint32_t peer = s.group->members[step.peer];
+  // A chunk of two fragments or more that stays put until the peer has it: copy only the first
+  // fragment (the header must precede the bytes) and lend the rest, saving a pass over it.
+  const std::size_t fragment = rt->fragment_bytes();
+  const bool split = s.lent && step.lendable && peer != rt->rank() && fragment > header_bytes &&
+                     header_bytes + bytes.size() >= 2 * fragment;
+  const std::size_t copied = split ? fragment - header_bytes : bytes.size();
+  io::buffer block = rt->acquire_send_block(header_bytes + copied);
   if (!block) return fail(s, make_error_code(errc::invalid_argument));
   put_u32(block.data(), step.step);
   put_u32(block.data() + 4, step.chunk);
-  if (!bytes.empty()) std::memcpy(block.data() + header_bytes, bytes.data(), bytes.size());
+  if (copied != 0) std::memcpy(block.data() + header_bytes, bytes.data(), copied);
   actors::p2p_request& r = s.sends[(s.send_head + s.sends_out) % s.send_slots];
-  actors::p2p_request::make_send(r, s.group->members[step.peer], s.tag,
-                                 std::move(block).slice(0, header_bytes + bytes.size()));
+  if (split) {
+    io::buffer rest = lend(s, bytes.subspan(copied));
+    actors::p2p_request::make_split_send(r, peer, s.tag,
+                                         std::move(block).slice(0, header_bytes + copied),
+                                         std::move(rest).slice(0, bytes.size() - copied));
+  } else {
+    actors::p2p_request::make_send(r, peer, s.tag,
+                                   std::move(block).slice(0, header_bytes + copied));
+  }
   ++s.sends_out;
   rt->submit(r);
   if (s.trace) s.trace->sent(step.step, step.peer, bytes.size(), trace_now());
+}
+
+io::buffer collective_engine::lend(collective_state& s, std::span<const std::byte> bytes) {
+  // Lent read-only: the link sends from it and nobody writes it until the loan is back.
+  const std::span<std::byte> memory{const_cast<std::byte*>(bytes.data()), bytes.size()};
+  io::borrowed_memory::loan loan = s.lent->try_lend(memory);
+  while (!loan.handle) {  // every slot out: the oldest comes back with its ack
+    settle_oldest_loan(s);
+    loan = s.lent->try_lend(memory);
+  }
+  s.loans[(s.loan_head + s.loans_out) % s.loan_slots] = loan.slot;
+  ++s.loans_out;
+  return std::move(loan.handle);
+}
+
+void collective_engine::settle_oldest_loan(collective_state& s) {
+  const std::uint32_t slot = s.loans[s.loan_head];
+  s.loan_head = (s.loan_head + 1) % s.loan_slots;
+  --s.loans_out;
+  // The acks that return it arrive on the loop: drive it rather than sleep until the reactor
+  // thread (parked while a caller drives) takes it back.
+  struct pending {
+    const io::borrowed_memory* memory;
+    std::uint32_t slot;
+  } loan{s.lent.get(), slot};
+  rt->drive(
+      [](const void* p) {
+        const auto* l = static_cast<const pending*>(p);
+        return l->memory->returned(l->slot);
+      },
+      &loan, std::chrono::steady_clock::time_point::max());
+  s.lent->wait_returned(slot);
 }
 
 void collective_engine::fail(collective_state& s, std::error_code ec, std::string detail) {
@@ -348,6 +407,7 @@ bool collective_engine::advance(collective_state& s) {
     actors::p2p_request& r = s.sends[s.send_head];
     if (r.error) fail_transport(s, "send to world rank " + std::to_string(r.peer));
     r.payload.reset();
+    r.tail.reset();
     s.send_head = (s.send_head + 1) % s.send_slots;
     --s.sends_out;
     moved = true;
@@ -372,9 +432,11 @@ void collective_engine::finish(collective_state& s) {
     actors::p2p_request& r = s.sends[s.send_head];
     r.wait();
     r.payload.reset();
+    r.tail.reset();
     s.send_head = (s.send_head + 1) % s.send_slots;
     --s.sends_out;
   }
+  while (s.loans_out > 0) settle_oldest_loan(s);  // the caller's buffers are its own again
   // Chunks the driver kept for later rounds are blocks of the mesh's pool: a failed collective
   // must not hold them until its request goes (the runtime may be shut down first).
   s.driver.reset();
@@ -542,10 +604,12 @@ void collective_engine::abandon(collective_state& s) {
     actors::p2p_request& r = s.sends[s.send_head];
     r.wait();
     r.payload.reset();
+    r.tail.reset();
     s.send_head = (s.send_head + 1) % s.send_slots;
     --s.sends_out;
   }
-  s.receive_head = s.send_head = 0;
+  while (s.loans_out > 0) settle_oldest_loan(s);  // the retry rewrites what they lent
+  s.receive_head = s.send_head = s.loan_head = 0;
   s.driver.reset();
   s.algo.reset();
   s.awaiting_retry = true;
@@ -879,6 +943,13 @@ collective_request communicator::start(collective_op op, algorithm_params params
   s->receives = std::make_unique<actors::p2p_request[]>(s->receive_slots);
   s->send_slots = options_.max_sends_in_flight;
   s->sends = std::make_unique<actors::p2p_request[]>(s->send_slots);
+  if (const std::size_t fragment = engine_->rt->fragment_bytes();
+      fragment > header_bytes && message_bytes + header_bytes >= 2 * fragment) {
+    // Room for the sends in flight and as many more awaiting their acks.
+    s->loan_slots = 2 * s->send_slots;
+    s->lent = std::make_unique<io::borrowed_memory>(static_cast<std::uint32_t>(s->loan_slots));
+    s->loans = std::make_unique<std::uint32_t[]>(s->loan_slots);
+  }
   // wait_for sleeps on the runtime's events word: every request must signal it.
   for (std::size_t i = 0; i < s->receive_slots; ++i) s->receives[i].signal_events(true);
   for (std::size_t i = 0; i < s->send_slots; ++i) s->sends[i].signal_events(true);

@@ -53,6 +53,13 @@
 // oldest one beyond that; a send completes once the link accepted it) and receive_window
 // receives posted (any source, the collective's tag); unexpected chunks beyond those are held
 // by the runtime's matcher, bounded by VESSEL_UNEXPECTED_BYTES.
+//
+// Copies: a chunk of two link fragments or more whose bytes stay put until the peer has them
+// (send_step::lendable: the ring's) is sent as a split message: the header and the first
+// fragment's bytes are copied into a send block, the rest is lent to the link from the caller's
+// buffer (io::borrowed_memory), and the collective completes only once the peer acked every
+// lent byte (or the link dropped them going down), so the caller's buffers are its own again
+// when wait() returns. At most 2 x max_sends_in_flight loans are out per collective.
 
 #include <chrono>
 #include <cstddef>

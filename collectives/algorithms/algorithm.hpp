@@ -40,7 +40,8 @@ enum class buffer_id : std::uint8_t { input, output, scratch };
 
 /// One message the algorithm wants sent. The bytes are read from the named buffer at the moment
 /// the step is emitted: the driver copies them out (or finishes sending them) before it calls
-/// the algorithm again, because a later step may overwrite that region.
+/// the algorithm again, because a later step may overwrite that region -- unless the step is
+/// `lendable`.
 struct send_step {
   std::uint32_t peer = 0;
   std::uint32_t step = 0;   ///< algorithm-defined round; travels as collective_fields.step
@@ -48,6 +49,10 @@ struct send_step {
   buffer_id buffer = buffer_id::output;
   std::size_t offset = 0;   ///< bytes
   std::size_t bytes = 0;
+  /// The region is not written again until the peer has received these bytes (a later write
+  /// there waits for something the peer sends after it got them), so the driver may send them
+  /// from where they lie, without a copy, and hold the region until the collective is done.
+  bool lendable = false;
   bool operator==(const send_step&) const = default;
 };
 

@@ -62,7 +62,10 @@ byte_range ring_pipeline::block(std::uint32_t b) const noexcept {
 void ring_pipeline::send_chunk(std::uint32_t step, std::uint32_t chunk, buffer_id buffer,
                                std::size_t offset, std::size_t bytes,
                                std::vector<send_step>& out) const {
-  out.push_back({right_, step, chunk, buffer, offset, bytes});
+  // Lendable but for scratch, which the next chunk reuses: a block of the input is never
+  // written, and a block of the output is written once, or, when its final value comes round
+  // (allreduce's allgather phase), only after it went round the ring through the right.
+  out.push_back({right_, step, chunk, buffer, offset, bytes, buffer != buffer_id::scratch});
 }
 
 result<void> ring_pipeline::start(const algorithm_buffers& buffers, std::vector<send_step>& out) {

@@ -428,10 +428,10 @@ void run_comms(communicator& world, checker& ck) {
 /// One large allreduce on `c`, checked; rank 0 runs `mid` while it is still in progress (once
 /// test() said not done). Returns whether `mid` ran.
 bool checked_allreduce(communicator& c, checker& ck, std::size_t n,
-                       const std::function<void()>& mid) {
+                       const std::function<void()>& mid, std::size_t chunk_bytes = 65536) {
   call_options o;
   o.algorithm = "ring";
-  o.chunk_bytes = 65536;
+  o.chunk_bytes = chunk_bytes;
   o.timeout = std::chrono::seconds{60};
   bytes in = make(dtype::int32, c.rank(), 0, n), out(in.size());
   auto h = c.iallreduce(in, out, dtype::int32, reduce_op::sum, o);
@@ -561,13 +561,19 @@ int main(int argc, char** argv) {
       return report("comms");
     }
     if (mode == "linkdrop") {
-      // Rank 0 cuts its link to rank 1 inside each of 4 large allreduces; the mesh resends.
+      // Rank 0 cuts its link to rank 1 inside each of 4 large allreduces; the mesh resends. The
+      // last two send 1 MiB chunks, split: a copied head and a tail lent from the caller's
+      // buffers, resent from there after the cut.
       vessel::actors::runtime& rt = world.runtime();
       int cuts = 0;
       for (int iter = 0; iter < 4; ++iter) {
         ck.what = "linkdrop " + std::to_string(iter);
-        cuts +=
-            checked_allreduce(c, ck, std::size_t{1} << 18, [&] { rt.drop_connection(1); }) ? 1 : 0;
+        const bool split = iter >= 2;
+        cuts += checked_allreduce(
+                    c, ck, split ? std::size_t{1} << 20 : std::size_t{1} << 18,
+                    [&] { rt.drop_connection(1); }, split ? std::size_t{1} << 20 : 65536)
+                    ? 1
+                    : 0;
       }
       if (c.rank() == 0) {
         // Each cut must have been survived by a reconnect (not by luck before the cut landed).

@@ -92,7 +92,8 @@ inline std::string check_payload(std::span<const std::byte> p, std::uint32_t src
 struct planned {
   std::uint32_t dst;
   std::uint64_t tag;
-  std::size_t size;  ///< >= 16
+  std::size_t size;    ///< >= 16
+  bool split = false;  ///< sent as a head of one fragment and a tail (mesh::send's split form)
 };
 
 /// A mesh on its own reactor, with an observer that checks and releases what arrives and a
@@ -279,7 +280,10 @@ class node final : public mesh_observer {
     while (!q.empty()) {
       const planned& p = q.front();
       io::buffer block = mesh_->pool().try_acquire(p.size);
-      if (!block) {  // the pool is busy with messages in flight: try again shortly
+      // A split message's tail lies in memory of its own (a second block), as a lender's would.
+      const std::size_t head = p.split ? mesh_->fragment_bytes() : p.size;
+      io::buffer tail = p.split ? mesh_->pool().try_acquire(p.size - head) : io::buffer{};
+      if (!block || (p.split && !tail)) {  // the pool is busy with messages in flight: retry
         if (!retry_armed_[dst]) {
           retry_armed_[dst] = true;
           r().add_timer(1ms, [this, dst] {
@@ -292,7 +296,10 @@ class node final : public mesh_observer {
       const std::uint32_t self = mesh_->config().self_rank;
       const std::uint64_t index = sent_index_[{dst, p.tag}];
       fill_payload(block.bytes().first(p.size), self, dst, p.tag, index);
-      auto sent = mesh_->send(dst, p.tag, std::move(block).slice(0, p.size));
+      if (p.split) std::memcpy(tail.data(), block.data() + head, p.size - head);
+      auto sent = p.split ? mesh_->send(dst, p.tag, std::move(block).slice(0, head),
+                                        std::move(tail).slice(0, p.size - head))
+                          : mesh_->send(dst, p.tag, std::move(block).slice(0, p.size));
       if (!sent) {
         if (sent.error() == errc::link_would_block) return;  // on_writable resumes
         ++send_errors_;
