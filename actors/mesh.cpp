@@ -294,6 +294,7 @@ detailed_result<peer_address> mesh::impl::parse_record(std::uint32_t p,
   peer_address a;
   a.shm_name = field(text, "shm");
   const bool local_peer = same_host(config.host, host_identity::from_key(field(text, "host")));
+  a.same_host = local_peer;
   const bool shm = !a.shm_name.empty() && config.transport != mesh_transport::tcp &&
                    (config.transport == mesh_transport::shm || local_peer);
   if (config.transport == mesh_transport::shm && a.shm_name.empty()) {
@@ -481,6 +482,7 @@ detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::millise
   }
   std::vector<peer_address> addresses(config_.world_size);
   std::vector<std::string> records(config_.world_size);
+  ranks_on_host_ = 1;
   for (std::uint32_t p = 0; p < config_.world_size; ++p) {
     if (p == config_.self_rank) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -494,6 +496,7 @@ detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::millise
     std::string text(reinterpret_cast<const char*>(value.value().data()), value.value().size());
     auto parsed = m.parse_record(p, text);
     if (!parsed) return parsed.error();
+    if (parsed.value().same_host) ++ranks_on_host_;
     addresses[p] = std::move(parsed.value());
     records[p] = std::move(text);
   }

@@ -251,6 +251,8 @@ class mesh {
                     io::buffer_slice tail = {});
   /// The bytes of every data frame but a message's last (mesh_config::fragment_bytes).
   std::size_t fragment_bytes() const noexcept { return config_.fragment_bytes; }
+  /// Once connect() has read every peer's record: the ranks on this host, this one included.
+  std::uint32_t ranks_on_this_host() const noexcept { return ranks_on_host_; }
 
   /// Reactor thread only: the app is done with `bytes` of messages from `src` (any split of
   /// the bytes delivered, e.g. one call per message). Credit goes back to the sender only
@@ -299,6 +301,7 @@ class mesh {
 
   io::reactor& reactor_;
   mesh_config config_;
+  std::uint32_t ranks_on_host_ = 1;  // connect() counts them
   mesh_observer& observer_;
   mesh_stats stats_;
   std::unique_ptr<impl> impl_;

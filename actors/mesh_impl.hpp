@@ -31,6 +31,7 @@ struct peer_address {
   std::vector<io::socket_address> tcp;  ///< resolved TCP addresses
   std::string shm_name;                 ///< its abstract shm listener name
   mesh_connection::kind via = mesh_connection::kind::tcp;
+  bool same_host = false;  ///< the record names this host (hostname and boot id)
 };
 
 struct mesh::impl {

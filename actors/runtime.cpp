@@ -1,6 +1,7 @@
 #include "actors/runtime.hpp"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -24,6 +25,17 @@
 
 namespace vessel::actors {
 namespace {
+
+/// The CPUs this process may run on (its affinity mask), at least 1.
+unsigned usable_cpus() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) {
+    return static_cast<unsigned>(CPU_COUNT(&set));
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : hw;
+}
 
 using namespace std::chrono_literals;
 using clock = std::chrono::steady_clock;
@@ -267,6 +279,13 @@ detailed_result<void> runtime_options::apply_env(const env_view& env) {
   auto spin = env_number(env, "VESSEL_PROGRESS_SPIN_US", caller_spin.count());
   if (!spin) return spin.error();
   caller_spin = std::chrono::microseconds{spin.value()};
+  if (auto y = env.get("VESSEL_YIELD_WHEN_IDLE"); y && !y->empty()) {
+    if (*y != "0" && *y != "1") {
+      return fail(make_error_code(errc::malformed_number),
+                  "VESSEL_YIELD_WHEN_IDLE='" + *y + "' is neither 0 nor 1");
+    }
+    yield_when_idle = *y == "1";
+  }
   return mesh.apply_env(env);
 }
 
@@ -410,10 +429,18 @@ detailed_result<void> runtime::boot(const env_view& env) {
   if (auto connected = mesh_->connect(*store_client_, left()); !connected) {
     return connected.error();
   }
-  logger().info("rank {}: every peer link is up (progress: {})", rank_,
+  const std::uint32_t on_host = mesh_->ranks_on_this_host();
+  const unsigned cpus = usable_cpus();
+  yield_when_idle_.store(options_.yield_when_idle.value_or(on_host > cpus),
+                         std::memory_order_relaxed);
+  logger().info("rank {}: every peer link is up (progress: {}; {} rank(s) on this host, {} CPU(s): "
+                "waiters {})",
+                rank_,
                 options_.caller_progress && world_ > 1 && reactor_->lending_allowed()
                     ? "caller-driven"
-                    : "reactor thread");
+                    : "reactor thread",
+                on_host, cpus,
+                yield_when_idle_.load(std::memory_order_relaxed) ? "yield between turns" : "spin");
   return outcome::success();
 }
 
@@ -458,6 +485,8 @@ bool runtime::drive_until(Done&& done, clock::time_point deadline) noexcept {
       break;
     }
     if (reactor_->stop_requested()) break;
+    // Oversubscribed: the reply we spin for needs a rank that may be waiting for this core.
+    if (yield_when_idle_.load(std::memory_order_relaxed)) ::sched_yield();
     if ((i & 63) == 63) {
       const auto now = clock::now();
       if (i == 63) until = std::min(deadline, now + options_.caller_spin);

@@ -154,6 +154,10 @@ struct runtime_options {
   /// How long such a waiter drives the loop before it gives it back and sleeps (a long wait must
   /// not burn a core: ranks of a job often outnumber cores). VESSEL_PROGRESS_SPIN_US.
   std::chrono::microseconds caller_spin{200};
+  /// Such a waiter yields the CPU between turns of the loop (sched_yield), so that the rank it
+  /// waits for gets the core. Unset: on when this host runs more ranks than this process may
+  /// use CPUs (oversubscribed), as Open MPI's mpi_yield_when_idle. VESSEL_YIELD_WHEN_IDLE=0|1.
+  std::optional<bool> yield_when_idle;
 
   /// Defaults for a rank: the mesh's receive pool gets a 4 MiB class (the largest message), not
   /// pre-faulted, since eight ranks of a test share one small machine; 64 MiB unexpected bound.
@@ -287,6 +291,7 @@ class runtime : private mesh_observer, private credit_sink {
   std::uint32_t world_ = 1;
   std::size_t max_message_ = 0;
   std::size_t fragment_bytes_ = 0;
+  std::atomic<bool> yield_when_idle_{false};  // set once connected (options_.yield_when_idle)
   std::optional<cluster_token> token_;
   std::string store_file_;  // written by rank 0 (removed at shutdown)
 

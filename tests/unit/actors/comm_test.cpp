@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -217,9 +219,24 @@ TEST(runtime_progress_options, vessel_progress_selects_who_drives_and_refuses_an
   EXPECT_FALSE(o.apply_env(env_view::from_map({{"VESSEL_PROGRESS_SPIN_US", "-3"}})));
 }
 
+TEST(runtime_progress_options, vessel_yield_when_idle_is_automatic_unless_set_to_0_or_1) {
+  runtime_options o = runtime_options::defaults();
+  EXPECT_FALSE(o.yield_when_idle.has_value()) << "unset: decided by ranks per host and CPUs";
+  ASSERT_TRUE(o.apply_env(env_view::from_map({{"VESSEL_YIELD_WHEN_IDLE", "1"}})));
+  EXPECT_EQ(o.yield_when_idle, std::optional<bool>{true});
+  ASSERT_TRUE(o.apply_env(env_view::from_map({{"VESSEL_YIELD_WHEN_IDLE", "0"}})));
+  EXPECT_EQ(o.yield_when_idle, std::optional<bool>{false});
+  auto bad = o.apply_env(env_view::from_map({{"VESSEL_YIELD_WHEN_IDLE", "yes"}}));
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().detail.find("VESSEL_YIELD_WHEN_IDLE"), std::string::npos)
+      << bad.error().detail;
+}
+
 TEST(runtime_progress_options, both_modes_deliver_messages_to_self_and_time_out_a_receive) {
-  for (const char* mode : {"caller", "thread"}) {
-    comm c = comm::init(env_view::from_map({{"VESSEL_PROGRESS", mode}}));
+  for (const char* mode : {"caller", "thread", "caller-yielding"}) {
+    const bool yielding = std::string_view{mode} == "caller-yielding";
+    comm c = comm::init(env_view::from_map(
+        {{"VESSEL_PROGRESS", yielding ? "caller" : mode}, {"VESSEL_YIELD_WHEN_IDLE", yielding ? "1" : "0"}}));
     const std::vector<std::byte> data(100, std::byte{7});
     c.send(data, 0, 5);
     std::vector<std::byte> got(100);
