@@ -265,8 +265,10 @@ class reactor {
   enum holder : std::uint32_t { loop_free = 0, loop_reactor = 1, loop_borrower = 2 };
   alignas(64) std::atomic<std::uint32_t> holder_{loop_reactor};
   std::atomic<std::uint32_t> lend_requests_{0};
-  // steady_clock of the last give_back(linger); 0: given back without linger (take it at once).
-  std::atomic<std::int64_t> returned_at_ns_{0};
+  // Changes on every give_back(linger) (the parked reactor thread compares it across naps);
+  // return_now_bit: the last give_back was without linger (the loop is taken back at once).
+  static constexpr std::uint64_t return_now_bit = 1;
+  std::atomic<std::uint64_t> returns_{0};
   std::atomic<std::uint32_t> park_word_{0};
   std::atomic<bool> lending_allowed_{true};
   bool lent_ = false;                 // loop owner only
