@@ -229,21 +229,7 @@ struct comm::impl {
       f.request.wait();
       if (f.request.error && !failed) failed = f.request.error;
       f.request.payload.reset();
-      if (f.slot) {
-        // The acks that return the loan arrive on the loop: drive it rather than sleep until
-        // the reactor thread (parked while a caller drives) takes it back.
-        struct loan {
-          const io::borrowed_memory* memory;
-          std::uint32_t slot;
-        } pending{&lent, *f.slot};
-        r.drive(
-            [](const void* p) {
-              const auto* l = static_cast<const loan*>(p);
-              return l->memory->returned(l->slot);
-            },
-            &pending, std::chrono::steady_clock::time_point::max());
-        lent.wait_returned(*f.slot);
-      }
+      if (f.slot) r.await_returned(lent, *f.slot);
       f.slot.reset();
     };
     // Chunks of even size: a short last chunk (4 MiB = 4 MiB - 16 + 16 B) would be acked only by

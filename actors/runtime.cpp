@@ -504,6 +504,20 @@ bool runtime::drive(bool (*done)(const void* ctx), const void* ctx,
   return drive_until([done, ctx] { return done(ctx); }, deadline);
 }
 
+void runtime::await_returned(io::borrowed_memory& memory, std::uint32_t slot) noexcept {
+  struct loan {
+    const io::borrowed_memory* memory;
+    std::uint32_t slot;
+  } pending{&memory, slot};
+  drive(
+      [](const void* p) {
+        const auto* l = static_cast<const loan*>(p);
+        return l->memory->returned(l->slot);
+      },
+      &pending, clock::time_point::max());
+  memory.wait_returned(slot);
+}
+
 template <class F>
 auto runtime::on_reactor(F&& fn) -> decltype(fn()) {
   using R = decltype(fn());

@@ -198,6 +198,10 @@ class runtime : private mesh_observer, private credit_sink {
   /// then waits as it would have anyway.
   bool drive(bool (*done)(const void* ctx), const void* ctx,
              std::chrono::steady_clock::time_point deadline) noexcept;
+  /// Any thread but the reactor's. memory.wait_returned(slot), with the loop driven here first:
+  /// the acks that return a loan arrive on the loop, and the reactor thread stays parked while
+  /// a caller drives.
+  void await_returned(io::borrowed_memory& memory, std::uint32_t slot) noexcept;
   /// Any thread. Cancels the receive `r` (a timeout) and returns once the reactor has dealt with
   /// it, so that no reference to `r` is left behind; r.done() then holds, with
   /// comm_errc::receive_cancelled, or with the message if one matched first.

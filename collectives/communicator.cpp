@@ -187,6 +187,10 @@ struct collective_engine {
   /// Waits until the link holds nothing of the oldest loan (the peer acked it, or the link
   /// dropped it going down).
   void settle_oldest_loan(collective_state& s);
+  // The oldest send, handed over, and the oldest receive, completed or cancelled, leave their
+  // rings; the buffers they held go back now, not when the slot is reused.
+  static void retire_oldest_send(collective_state& s) noexcept;
+  static void retire_oldest_receive(collective_state& s) noexcept;
   void fail(collective_state& s, std::error_code ec, std::string detail = {});
   /// A send or receive failed: a dead member says why better than the transport does.
   void fail_transport(collective_state& s, std::string what);
@@ -269,10 +273,7 @@ void collective_engine::send_chunk(collective_state& s, const send_step& step,
     actors::p2p_request& oldest = s.sends[s.send_head];
     oldest.wait();
     if (oldest.error) return fail_transport(s, "send to rank " + std::to_string(oldest.peer));
-    oldest.payload.reset();
-    oldest.tail.reset();
-    s.send_head = (s.send_head + 1) % s.send_slots;
-    --s.sends_out;
+    retire_oldest_send(s);
   }
   if (step.peer >= s.group->size()) return fail(s, make_error_code(errc::invalid_argument));
   const std::uint32_t peer = s.group->members[step.peer];
@@ -315,23 +316,25 @@ io::buffer collective_engine::lend(collective_state& s, std::span<const std::byt
   return std::move(loan.handle);
 }
 
+void collective_engine::retire_oldest_send(collective_state& s) noexcept {
+  actors::p2p_request& r = s.sends[s.send_head];
+  r.payload.reset();
+  r.tail.reset();
+  s.send_head = (s.send_head + 1) % s.send_slots;
+  --s.sends_out;
+}
+
+void collective_engine::retire_oldest_receive(collective_state& s) noexcept {
+  s.receives[s.receive_head].payload.reset();
+  s.receive_head = (s.receive_head + 1) % s.receive_slots;
+  --s.receives_posted;
+}
+
 void collective_engine::settle_oldest_loan(collective_state& s) {
   const std::uint32_t slot = s.loans[s.loan_head];
   s.loan_head = (s.loan_head + 1) % s.loan_slots;
   --s.loans_out;
-  // The acks that return it arrive on the loop: drive it rather than sleep until the reactor
-  // thread (parked while a caller drives) takes it back.
-  struct pending {
-    const io::borrowed_memory* memory;
-    std::uint32_t slot;
-  } loan{s.lent.get(), slot};
-  rt->drive(
-      [](const void* p) {
-        const auto* l = static_cast<const pending*>(p);
-        return l->memory->returned(l->slot);
-      },
-      &loan, std::chrono::steady_clock::time_point::max());
-  s.lent->wait_returned(slot);
+  rt->await_returned(*s.lent, slot);
 }
 
 void collective_engine::fail(collective_state& s, std::error_code ec, std::string detail) {
@@ -406,10 +409,7 @@ bool collective_engine::advance(collective_state& s) {
   while (s.sends_out > 0 && s.sends[s.send_head].done()) {
     actors::p2p_request& r = s.sends[s.send_head];
     if (r.error) fail_transport(s, "send to world rank " + std::to_string(r.peer));
-    r.payload.reset();
-    r.tail.reset();
-    s.send_head = (s.send_head + 1) % s.send_slots;
-    --s.sends_out;
+    retire_oldest_send(s);
     moved = true;
   }
   if (moved) s.touch();
@@ -424,17 +424,11 @@ void collective_engine::finish(collective_state& s) {
     actors::p2p_request& r = s.receives[s.receive_head];
     rt->cancel(r);
     if (!r.error && !s.error) fail(s, make_error_code(errc::protocol_violation));
-    r.payload.reset();
-    s.receive_head = (s.receive_head + 1) % s.receive_slots;
-    --s.receives_posted;
+    retire_oldest_receive(s);
   }
   while (s.sends_out > 0) {  // their memory must outlive the reactor's use of them
-    actors::p2p_request& r = s.sends[s.send_head];
-    r.wait();
-    r.payload.reset();
-    r.tail.reset();
-    s.send_head = (s.send_head + 1) % s.send_slots;
-    --s.sends_out;
+    s.sends[s.send_head].wait();
+    retire_oldest_send(s);
   }
   while (s.loans_out > 0) settle_oldest_loan(s);  // the caller's buffers are its own again
   // Chunks the driver kept for later rounds are blocks of the mesh's pool: a failed collective
@@ -596,17 +590,11 @@ void collective_engine::abandon(collective_state& s) {
   while (s.receives_posted > 0) {  // whatever matched meanwhile belongs to the dead attempt
     actors::p2p_request& r = s.receives[s.receive_head];
     rt->cancel(r);
-    r.payload.reset();
-    s.receive_head = (s.receive_head + 1) % s.receive_slots;
-    --s.receives_posted;
+    retire_oldest_receive(s);
   }
   while (s.sends_out > 0) {  // handed over (or failed): their bytes are the link's, not ours
-    actors::p2p_request& r = s.sends[s.send_head];
-    r.wait();
-    r.payload.reset();
-    r.tail.reset();
-    s.send_head = (s.send_head + 1) % s.send_slots;
-    --s.sends_out;
+    s.sends[s.send_head].wait();
+    retire_oldest_send(s);
   }
   while (s.loans_out > 0) settle_oldest_loan(s);  // the retry rewrites what they lent
   s.receive_head = s.send_head = s.loan_head = 0;
