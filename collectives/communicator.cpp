@@ -106,7 +106,7 @@ struct communicator_group {
 
 struct collective_state {
   collective_op op = collective_op::barrier;
-  std::string algorithm_name;
+  std::string_view algorithm_name;  // algorithm_selector's static copy: no allocation per call
   const communicator* owner = nullptr;
   std::shared_ptr<const communicator_group> group;
   std::uint32_t comm_id = 0;
@@ -152,7 +152,8 @@ struct collective_state {
     deadline = std::chrono::steady_clock::now() + timeout;
   }
   std::string name() const {
-    return std::string{to_string(op)} + " #" + std::to_string(sequence) + " (" + algorithm_name +
+    return std::string{to_string(op)} + " #" + std::to_string(sequence) + " (" +
+           std::string{algorithm_name} +
            ", communicator " + std::to_string(comm_id) +
            (attempts > 1 ? ", attempt " + std::to_string(attempts) : std::string{}) + ")";
   }
@@ -904,7 +905,7 @@ collective_request communicator::start(collective_op op, algorithm_params params
 
   auto s = std::make_shared<collective_state>();
   s->op = op;
-  s->algorithm_name = std::string{name.value()};
+  s->algorithm_name = name.value();
   s->owner = this;
   s->group = group_;
   s->comm_id = options_.id;
@@ -929,7 +930,13 @@ collective_request communicator::start(collective_op op, algorithm_params params
   // cancel is one more round trip to the reactor thread, the largest cost of a small call).
   s->receive_slots = message_bytes <= params.chunk_bytes ? std::size_t{1} : options_.receive_window;
   s->receives = std::make_unique<actors::p2p_request[]>(s->receive_slots);
-  s->send_slots = options_.max_sends_in_flight;
+  // A small send is handed over within a turn or two, so a one-chunk message needs few slots:
+  // size - 1 covers the widest fan-out of one step (a tree's root, an alltoall), and on two ranks
+  // the set-up zeroes one request instead of max_sends_in_flight (perf: most of a small call's
+  // start()). More sends at once only wait for the oldest hand-over.
+  s->send_slots = message_bytes <= params.chunk_bytes
+                      ? std::clamp<std::size_t>(params.size - 1, 1, options_.max_sends_in_flight)
+                      : options_.max_sends_in_flight;
   s->sends = std::make_unique<actors::p2p_request[]>(s->send_slots);
   if (const std::size_t fragment = engine_->rt->fragment_bytes();
       fragment > header_bytes && message_bytes + header_bytes >= 2 * fragment) {
