@@ -17,6 +17,7 @@
 
 #include "actors/trace_recorder.hpp"
 #include "io/log.hpp"
+#include "wire/copy_bytes.hpp"
 
 namespace vessel {
 namespace {
@@ -174,7 +175,7 @@ struct comm::impl {
     io::buffer block = rt->acquire_send_block(header_bytes + n);  // waits: backpressure
     const chunk_header h{data.size(), offset};
     std::memcpy(block.data(), &h, header_bytes);
-    if (n > 0) std::memcpy(block.data() + header_bytes, data.data() + offset, n);
+    if (n > 0) wire::copy_bytes(block.data() + header_bytes, data.data() + offset, n);
     p2p_request::make_send(r, dst, tag, std::move(block).slice(0, header_bytes + n));
   }
 
@@ -397,7 +398,7 @@ struct comm::impl {
         },
         [&](std::size_t offset, std::span<const std::byte> bytes) {
           if (fits && !bytes.empty())
-            std::memcpy(buffer.data() + offset, bytes.data(), bytes.size());
+            wire::copy_bytes(buffer.data() + offset, bytes.data(), bytes.size());
         });
     if (!fits) {
       throw comm_error{actors::comm_errc::buffer_too_small,
@@ -418,7 +419,7 @@ struct comm::impl {
           return std::span<std::byte>{out};
         },
         [&](std::size_t offset, std::span<const std::byte> bytes) {
-          if (!bytes.empty()) std::memcpy(out.data() + offset, bytes.data(), bytes.size());
+          if (!bytes.empty()) wire::copy_bytes(out.data() + offset, bytes.data(), bytes.size());
         });
     if (status != nullptr) *status = st;
     return out;
@@ -543,7 +544,7 @@ struct comm::impl {
   static chunk_sink copy_into(std::span<std::byte> into) {
     return [into](std::size_t offset, std::span<const std::byte> bytes) {
       const std::size_t n = std::min(bytes.size(), into.size() - std::min(offset, into.size()));
-      if (n > 0) std::memcpy(into.data() + offset, bytes.data(), n);
+      if (n > 0) wire::copy_bytes(into.data() + offset, bytes.data(), n);
     };
   }
 

@@ -18,6 +18,7 @@
 #include "collectives/sim/driver.hpp"
 #include "collectives/trace_recorder.hpp"
 #include "io/log.hpp"
+#include "wire/copy_bytes.hpp"
 
 namespace vessel::collectives {
 namespace {
@@ -288,7 +289,7 @@ void collective_engine::send_chunk(collective_state& s, const send_step& step,
   if (!block) return fail(s, make_error_code(errc::invalid_argument));
   put_u32(block.data(), step.step);
   put_u32(block.data() + 4, step.chunk);
-  if (copied != 0) std::memcpy(block.data() + header_bytes, bytes.data(), copied);
+  if (copied != 0) wire::copy_bytes(block.data() + header_bytes, bytes.data(), copied);
   actors::p2p_request& r = s.sends[(s.send_head + s.sends_out) % s.send_slots];
   if (split) {
     io::buffer rest = lend(s, bytes.subspan(copied));

@@ -9,6 +9,7 @@
 #include "collectives/errc.hpp"
 #include "collectives/half.hpp"
 #include "collectives/reduce_kernels.hpp"
+#include "wire/copy_bytes.hpp"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -239,7 +240,7 @@ result<void> reduce_to(std::span<std::byte> out, std::span<const std::byte> a,
   constexpr std::size_t piece = 8192;
   for (std::size_t at = 0; at < out.size(); at += piece) {
     const std::size_t n = std::min(piece, out.size() - at);
-    if (out.data() != a.data()) std::memcpy(out.data() + at, a.data() + at, n);
+    if (out.data() != a.data()) wire::copy_bytes(out.data() + at, a.data() + at, n);
     VESSEL_TRY(reduce_into(out.subspan(at, n), b.subspan(at, n), t, op, isa));
   }
   return outcome::success();

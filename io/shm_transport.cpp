@@ -11,6 +11,7 @@
 
 #include "io/errc.hpp"
 #include "io/log.hpp"
+#include "wire/copy_bytes.hpp"
 
 namespace vessel::io {
 namespace {
@@ -209,7 +210,7 @@ result<void> shm_transport::send_copy(const wire::frame_header& header,
   }
 
   // Write once: the payload goes straight to where the peer will read it.
-  if (in_area) std::memcpy(area, payload.data(), payload.size());
+  if (in_area) wire::copy_bytes(area, payload.data(), payload.size());
   if (skipped != 0) {
     store<std::uint32_t>(tx_ring_.at(rec_pos - skipped), kind_pad << kind_shift);
   }

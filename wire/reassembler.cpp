@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstring>
 
+#include "wire/copy_bytes.hpp"
+
 namespace vessel::wire {
 
 result<void> reassembler::begin(std::uint64_t message_id, std::uint64_t total_len,
@@ -80,7 +82,7 @@ result<fragment_status> reassembler::accept(std::uint32_t fragment_index,
       rest = rest.subspan(n);
       at += n;
     }
-    if (!rest.empty()) std::memcpy(body_.data() + (at - head_.size()), rest.data(), rest.size());
+    if (!rest.empty()) copy_bytes(body_.data() + (at - head_.size()), rest.data(), rest.size());
   }
   ++counters_.fragments;
   counters_.bytes += length;
@@ -120,7 +122,7 @@ void copy_between(std::span<const std::byte> from_head, std::span<const std::byt
     std::size_t run = n;
     if (src_in_head) run = std::min(run, from_head.size() - at);
     if (dst_in_head) run = std::min(run, to_head.size() - at);
-    std::memcpy(dst, src, run);
+    copy_bytes(dst, src, run);
     at += run;
     n -= run;
   }

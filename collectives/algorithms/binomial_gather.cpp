@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "collectives/algorithms/algorithm_checks.hpp"
+#include "wire/copy_bytes.hpp"
 
 namespace vessel::collectives {
 
@@ -53,7 +54,7 @@ result<void> binomial_gather::start(const algorithm_buffers& buffers, std::vecto
       std::byte* own = buffers.output.data() + std::size_t{params_.rank} * block;
       if (own != buffers.input.data()) std::memmove(own, buffers.input.data(), block);
     } else if (!children.empty()) {
-      std::memcpy(buffers.scratch.data(), buffers.input.data(), block);
+      wire::copy_bytes(buffers.scratch.data(), buffers.input.data(), block);
     }
   }
   if (pending_ == 0) send_up(out);
@@ -79,7 +80,7 @@ result<receive_status> binomial_gather::on_receive(std::uint32_t peer, std::uint
   std::byte* destination = tree_.is_root()
                                ? buffers_.output.data() + tree_.absolute_offset(position, block_)
                                : buffers_.scratch.data() + position;
-  std::memcpy(destination, data.data(), range.bytes);
+  wire::copy_bytes(destination, data.data(), range.bytes);
   ++next_chunk_[*child];
   if (--pending_ == 0) send_up(out);
   return receive_status::consumed;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "collectives/algorithms/algorithm_checks.hpp"
+#include "wire/copy_bytes.hpp"
 
 namespace vessel::collectives {
 
@@ -79,7 +80,7 @@ result<receive_status> binomial_scatter::on_receive(std::uint32_t peer, std::uin
   if (data.size() != range.bytes) return protocol_violation();
   const bool leaf = tree_.children().empty();
   std::byte* destination = (leaf ? buffers_.output.data() : buffers_.scratch.data()) + range.offset;
-  std::memcpy(destination, data.data(), range.bytes);
+  wire::copy_bytes(destination, data.data(), range.bytes);
   ++received_;
   prefix_ = range.offset + range.bytes;
   forward_ready(out);
@@ -94,7 +95,7 @@ std::uint32_t binomial_scatter::waiting_for(std::vector<std::uint32_t>& peers) c
 void binomial_scatter::forward_ready(std::vector<send_step>& out) {
   if (tree_.children().empty()) return;
   if (!own_copied_ && prefix_ >= block_) {
-    if (block_ != 0) std::memcpy(buffers_.output.data(), buffers_.scratch.data(), block_);
+    if (block_ != 0) wire::copy_bytes(buffers_.output.data(), buffers_.scratch.data(), block_);
     own_copied_ = true;
   }
   const auto children = tree_.children();

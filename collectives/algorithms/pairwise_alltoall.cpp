@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "collectives/algorithms/algorithm_checks.hpp"
+#include "wire/copy_bytes.hpp"
 
 namespace vessel::collectives {
 
@@ -75,7 +76,7 @@ result<receive_status> pairwise_alltoall::on_receive(std::uint32_t peer, std::ui
   if (data.size() != range.bytes) return protocol_violation();
   // In place, the block's region still holds what we send to that peer until our round with it.
   if (in_place_ && step > round_) return receive_status::not_yet;
-  std::memcpy(buffers_.output.data() + std::size_t{peer} * block_ + range.offset, data.data(),
+  wire::copy_bytes(buffers_.output.data() + std::size_t{peer} * block_ + range.offset, data.data(),
               range.bytes);
   ++received_[peer];
   advance(out);

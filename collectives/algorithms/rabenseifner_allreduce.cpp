@@ -4,6 +4,7 @@
 
 #include "collectives/errc.hpp"
 #include "collectives/reduce.hpp"
+#include "wire/copy_bytes.hpp"
 
 namespace vessel::collectives {
 
@@ -82,7 +83,7 @@ result<void> rabenseifner_allreduce::apply(std::uint32_t round, byte_range where
   if (round == 0 || round <= fold_.levels) {
     return reduce_into(mine, data, params_.type, params_.op);
   }
-  std::memcpy(mine.data(), data.data(), data.size());  // doubling and unfold: final values
+  wire::copy_bytes(mine.data(), data.data(), data.size());  // doubling and unfold: final values
   return outcome::success();
 }
 

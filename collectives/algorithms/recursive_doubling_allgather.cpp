@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "collectives/errc.hpp"
+#include "wire/copy_bytes.hpp"
 
 namespace vessel::collectives {
 
@@ -66,7 +67,7 @@ result<void> recursive_doubling_allgather::prepare(const algorithm_buffers& buff
 result<void> recursive_doubling_allgather::apply(std::uint32_t round, byte_range where,
                                                  std::span<const std::byte> data) {
   (void)round;
-  std::memcpy(buffers_.output.data() + where.offset, data.data(), data.size());
+  wire::copy_bytes(buffers_.output.data() + where.offset, data.data(), data.size());
   return outcome::success();
 }
 

@@ -4,6 +4,7 @@
 
 #include "collectives/errc.hpp"
 #include "collectives/reduce.hpp"
+#include "wire/copy_bytes.hpp"
 
 namespace vessel::collectives {
 
@@ -60,7 +61,7 @@ result<void> recursive_doubling_allreduce::apply(std::uint32_t round, byte_range
                                                  std::span<const std::byte> data) {
   const auto mine = buffers_.output.subspan(where.offset, where.bytes);
   if (round == fold_.levels + 1) {  // the finished result
-    std::memcpy(mine.data(), data.data(), data.size());
+    wire::copy_bytes(mine.data(), data.data(), data.size());
     return outcome::success();
   }
   // The lower new rank's data goes first on both sides (in the fold, the extra's), so both
@@ -69,9 +70,9 @@ result<void> recursive_doubling_allreduce::apply(std::uint32_t round, byte_range
   const bool peer_first = round == 0 || fold_.new_rank(rank) & (1u << (round - 1));
   if (!peer_first) return reduce_into(mine, data, params_.type, params_.op);
   const auto tmp = buffers_.scratch.first(where.bytes);
-  std::memcpy(tmp.data(), data.data(), data.size());
+  wire::copy_bytes(tmp.data(), data.data(), data.size());
   VESSEL_TRY(reduce_into(tmp, mine, params_.type, params_.op));
-  std::memcpy(mine.data(), tmp.data(), tmp.size());
+  wire::copy_bytes(mine.data(), tmp.data(), tmp.size());
   return outcome::success();
 }
 

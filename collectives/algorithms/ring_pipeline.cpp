@@ -4,6 +4,7 @@
 
 #include "collectives/errc.hpp"
 #include "collectives/reduce.hpp"
+#include "wire/copy_bytes.hpp"
 
 namespace vessel::collectives {
 
@@ -173,7 +174,7 @@ result<void> ring_pipeline::apply(std::uint32_t step, std::uint32_t chunk, byte_
       VESSEL_TRY(finish_average(mine, params_.type, params_.size));  // final: average once
     }
   } else {
-    std::memcpy(mine.data(), data.data(), data.size());
+    wire::copy_bytes(mine.data(), data.data(), data.size());
   }
   if (forward) send_chunk(step + 1, chunk, buffer_id::output, where.offset, where.bytes, out);
   return outcome::success();

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "collectives/algorithms/algorithm_checks.hpp"
+#include "wire/copy_bytes.hpp"
 
 namespace vessel::collectives {
 
@@ -52,7 +53,7 @@ result<receive_status> tree_broadcast::on_receive(std::uint32_t peer, std::uint3
   }
   const byte_range range = layout_.at(chunk);
   if (data.size() != range.bytes) return protocol_violation();
-  std::memcpy(buffers_.output.data() + range.offset, data.data(), range.bytes);
+  wire::copy_bytes(buffers_.output.data() + range.offset, data.data(), range.bytes);
   ++received_;
   forward(chunk, buffer_id::output, out);
   return receive_status::consumed;
