@@ -75,6 +75,8 @@ struct message_start {
   std::uint64_t tag = 0;
   std::uint64_t message_id = 0;
   std::uint64_t length = 0;  ///< the whole message's bytes
+  /// The first fragment's payload (valid during the call; empty for a message already arriving).
+  std::span<const std::byte> first_fragment;
 };
 
 /// Where a message's bytes go instead of a block of the mesh's pool: its first head.size() bytes

@@ -259,7 +259,7 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
     }
     abandon_landing(false);  // one message at a time: a new first fragment ends the old one
     landing = owner_.observer.on_message_begin(
-        message_start{peer_, data.tag, data.message_id, data.total_len});
+        message_start{peer_, data.tag, data.message_id, data.total_len, payload});
     if (!landing.empty()) {
       landing_message_ = data.message_id;
     } else if (reassembly_block_ = owner_.pool.try_acquire(data.total_len); !reassembly_block_) {

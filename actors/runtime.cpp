@@ -156,6 +156,8 @@ void p2p_request::make_receive(p2p_request& r, std::uint32_t source, std::uint64
   r.lands = false;
   r.head_bytes = 0;
   r.into = {};
+  r.locate = nullptr;
+  r.locate_ctx = nullptr;
   r.state_.store(0, std::memory_order_relaxed);
 }
 
@@ -165,6 +167,16 @@ void p2p_request::make_receive_into(p2p_request& r, std::uint32_t source, std::u
   r.lands = true;
   r.head_bytes = std::min(head_bytes, max_head_bytes);
   r.into = into;
+}
+
+void p2p_request::make_receive_located(p2p_request& r, std::uint32_t source, std::uint64_t tag,
+                                       std::size_t head_bytes, locate_fn locate,
+                                       const void* ctx) noexcept {
+  make_receive(r, source, tag);
+  r.lands = true;
+  r.head_bytes = std::min(head_bytes, max_head_bytes);
+  r.locate = locate;
+  r.locate_ctx = ctx;
 }
 
 void p2p_request::complete(std::error_code ec) noexcept {
@@ -717,7 +729,10 @@ bool runtime::land_in_progress(p2p_request& r) {
   // A receive posted while its message is arriving (a sender that runs ahead): the rest of the
   // message lands in the receive's buffer, and only what arrived so far is copied there.
   // Specific sources only: a wildcard would have to look at every link.
-  if (!r.lands || r.peer == any_source || claimed_[r.peer] != nullptr) return false;
+  // Not for a located receive: where it goes depends on the message's first bytes, gone by now.
+  if (!r.lands || r.locate != nullptr || r.peer == any_source || claimed_[r.peer] != nullptr) {
+    return false;
+  }
   const std::optional<message_start> m = mesh_->in_progress(r.peer);
   if (!m || m->length > r.head_bytes + r.into.size()) return false;
   // Only if this receive is the one the message would complete.
@@ -796,7 +811,17 @@ message_destination runtime::on_message_begin(const message_start& m) {
   const auto fit = matcher_->oldest_fit(m.src, m.tag);
   if (!fit) return {};
   auto& r = *reinterpret_cast<p2p_request*>(static_cast<std::uintptr_t>(fit->cookie));
-  if (!r.lands || m.length > r.head_bytes + r.into.size() || claimed_[m.src] != nullptr) return {};
+  if (!r.lands || claimed_[m.src] != nullptr) return {};
+  if (r.locate != nullptr) {
+    if (m.first_fragment.size() < r.head_bytes) return {};
+    r.into = r.locate(r.locate_ctx, m.src, m.first_fragment.first(r.head_bytes));
+    if (r.into.data() == nullptr || m.length != r.head_bytes + r.into.size()) {
+      r.into = {};
+      return {};
+    }
+  } else if (m.length > r.head_bytes + r.into.size()) {
+    return {};
+  }
   if (!matcher_->claim(fit->id)) return {};
   unlink_pending(r);
   r.claimed_ = true;

@@ -68,6 +68,18 @@ class p2p_request {
   /// in `payload` as with make_receive. `into` must stay valid until done().
   static void make_receive_into(p2p_request& r, std::uint32_t source, std::uint64_t tag,
                                 std::size_t head_bytes, std::span<std::byte> into) noexcept;
+  /// Where a message goes, asked when it begins to arrive (make_receive_located): called on the
+  /// thread running the reactor's loop with the message's source and its first head_bytes
+  /// bytes; returns memory for the rest (exactly the message's length less the head: the
+  /// message then lands there and `into` names it), or an empty span for a block of the pool.
+  using locate_fn = std::span<std::byte> (*)(const void* ctx, std::uint32_t source,
+                                             std::span<const std::byte> head) noexcept;
+  /// As make_receive_into, with the destination chosen per message by `locate(ctx, ...)`: a
+  /// receive for any of several messages whose place depends on what they say (a collective's
+  /// chunks, whose header names their step). `ctx` must stay valid until done().
+  static void make_receive_located(p2p_request& r, std::uint32_t source, std::uint64_t tag,
+                                   std::size_t head_bytes, locate_fn locate,
+                                   const void* ctx) noexcept;
 
   p2p_request() = default;
   p2p_request(const p2p_request&) = delete;
@@ -108,7 +120,9 @@ class p2p_request {
   std::array<std::byte, max_head_bytes> head{};
   std::size_t head_bytes = 0;
   std::span<std::byte> into;
-  bool lands = false;  ///< made by make_receive_into
+  bool lands = false;  ///< made by make_receive_into or make_receive_located
+  locate_fn locate = nullptr;  ///< make_receive_located's
+  const void* locate_ctx = nullptr;
 
  private:
   friend class runtime;

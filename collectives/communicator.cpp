@@ -40,11 +40,14 @@ std::uint32_t get_u32(const std::byte* p) noexcept {
   return v;
 }
 
-/// A received chunk for step_driver: the pooled slice less its header.
+/// A received chunk for step_driver: the pooled slice less its header, or where it landed.
 struct received_chunk {
   io::buffer_slice slice;
-  const std::byte* data() const noexcept { return slice.data() + header_bytes; }
-  std::size_t size() const noexcept { return slice.size() - header_bytes; }
+  std::span<const std::byte> landed;  // set when the chunk went to algorithm::landing's place
+  const std::byte* data() const noexcept {
+    return slice ? slice.data() + header_bytes : landed.data();
+  }
+  std::size_t size() const noexcept { return slice ? slice.size() - header_bytes : landed.size(); }
 };
 
 /// Next free communicator id per runtime, process-wide: a child's id is the max of its members'
@@ -261,9 +264,26 @@ std::string collective_request::detail() const {
 
 // -- collective_engine
 
+namespace {
+
+/// Where a chunk arriving for `ctx` (a collective_state) goes: the algorithm's landing place, or a
+/// pool block. On the thread running the reactor's loop; reads only what stays fixed while
+/// receives are posted (the group, the algorithm).
+std::span<std::byte> locate_chunk(const void* ctx, std::uint32_t source,
+                                  std::span<const std::byte> head) noexcept {
+  const auto& s = *static_cast<const collective_state*>(ctx);
+  if (s.algo == nullptr || source >= s.group->index_of.size()) return {};
+  const std::uint32_t from = s.group->index_of[source];
+  if (from == not_a_member) return {};
+  return s.algo->landing(from, get_u32(head.data()), get_u32(head.data() + 4));
+}
+
+}  // namespace
+
 void collective_engine::post_receive(collective_state& s, std::size_t slot) {
   actors::p2p_request& r = s.receives[slot];
-  actors::p2p_request::make_receive(r, actors::any_source, s.tag);
+  actors::p2p_request::make_receive_located(r, actors::any_source, s.tag, header_bytes,
+                                            &locate_chunk, &s);
   ++s.receives_posted;
   rt->submit(r);
 }
@@ -392,16 +412,19 @@ bool collective_engine::advance(collective_state& s) {
     }
     const std::uint32_t from =
         r.source < s.group->index_of.size() ? s.group->index_of[r.source] : not_a_member;
-    if (r.payload.size() < header_bytes || from == not_a_member) {
+    const std::size_t length = r.landed ? r.length : r.payload.size();
+    if (length < header_bytes || from == not_a_member) {
       fail(s, make_error_code(errc::protocol_violation),
            s.name() + ": malformed chunk from world rank " + std::to_string(r.source));
       break;
     }
-    const std::uint32_t step = get_u32(r.payload.data());
-    const std::uint32_t chunk = get_u32(r.payload.data() + 4);
-    if (s.trace) s.trace->received(step, from, r.payload.size() - header_bytes, trace_now());
-    auto delivered =
-        s.driver->deliver(from, step, chunk, received_chunk{std::move(r.payload)}, emit);
+    const std::byte* header = r.landed ? r.head.data() : r.payload.data();
+    const std::uint32_t step = get_u32(header);
+    const std::uint32_t chunk = get_u32(header + 4);
+    if (s.trace) s.trace->received(step, from, length - header_bytes, trace_now());
+    received_chunk arrived{std::move(r.payload), {}};
+    if (r.landed) arrived.landed = std::span<const std::byte>{r.into.data(), length - header_bytes};
+    auto delivered = s.driver->deliver(from, step, chunk, std::move(arrived), emit);
     if (!delivered) {
       fail(s, delivered.error());
       break;

@@ -82,6 +82,20 @@ class algorithm {
                                             std::uint32_t chunk, std::span<const std::byte> data,
                                             std::vector<send_step>& out) = 0;
 
+  /// Where the bytes of chunk (`peer`, `step`, `chunk`) may be written as they arrive, before
+  /// on_receive sees them: the place on_receive would copy them to, so that the chunk costs no
+  /// copy out of a pool block (on_receive then gets `data` at that very place). Empty: anywhere.
+  /// Only for chunks the algorithm consumes whenever they arrive (never not_yet) and whose place
+  /// nothing else reads or writes meanwhile. Called from another thread (the one receiving) while
+  /// the algorithm works: it may read only what start() fixed, never state that on_receive moves.
+  virtual std::span<std::byte> landing(std::uint32_t peer, std::uint32_t step,
+                                       std::uint32_t chunk) const noexcept {
+    (void)peer;
+    (void)step;
+    (void)chunk;
+    return {};
+  }
+
   /// Every byte of output is final and every send has been emitted.
   virtual bool done() const noexcept = 0;
 

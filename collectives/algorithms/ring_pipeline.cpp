@@ -173,11 +173,23 @@ result<void> ring_pipeline::apply(std::uint32_t step, std::uint32_t chunk, byte_
     if (step == last_reduce && params_.op == reduce_op::avg) {
       VESSEL_TRY(finish_average(mine, params_.type, params_.size));  // final: average once
     }
-  } else {
+  } else if (data.data() != mine.data()) {  // else it landed in place (landing())
     wire::copy_bytes(mine.data(), data.data(), data.size());
   }
   if (forward) send_chunk(step + 1, chunk, buffer_id::output, where.offset, where.bytes, out);
   return outcome::success();
+}
+
+std::span<std::byte> ring_pipeline::landing(std::uint32_t peer, std::uint32_t step,
+                                            std::uint32_t chunk) const noexcept {
+  // A copying step's block is written by nothing else: every chunk of it arrives once, from the
+  // left, and the ring consumes it whenever it comes (after start(), which posts no receive).
+  if (peer != left_ || params_.size < 2 || step >= steps() || is_reducing_step(step)) return {};
+  const byte_range b = block(block_received(step));
+  if (chunk >= chunk_count(b.bytes, granule_)) return {};
+  const byte_range where = chunk_of(b, granule_, chunk);
+  if (where.bytes == 0 || where.offset + where.bytes > buffers_.output.size()) return {};
+  return buffers_.output.subspan(where.offset, where.bytes);
 }
 
 std::uint32_t ring_pipeline::waiting_for(std::vector<std::uint32_t>& peers) const {

@@ -32,6 +32,9 @@ class ring_pipeline : public algorithm {
   bool done() const noexcept final { return started_ && received_ == expected_; }
   std::uint32_t waiting_for(std::vector<std::uint32_t>& peers) const final;
   std::size_t scratch_bytes() const noexcept override;
+  /// The copying steps' chunks (allgather's, allreduce's second phase) land in the output.
+  std::span<std::byte> landing(std::uint32_t peer, std::uint32_t step,
+                               std::uint32_t chunk) const noexcept final;
 
  protected:
   ring_pipeline(kind k, const algorithm_params& params);

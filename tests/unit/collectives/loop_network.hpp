@@ -2,7 +2,10 @@
 // A tiny in-test network for the algorithm state machines: every rank in one process, a FIFO per
 // directed pair of ranks, and a seeded choice of which pair delivers next, so that one seed is one
 // interleaving of deliveries across peers, replayable. A chunk answered not_yet stays at the head
-// of its FIFO (links are ordered) until the receiver has made progress elsewhere.
+// of its FIFO (links are ordered) until the receiver has made progress elsewhere. With
+// land_chunks(true), a chunk whose receiver names a place for it (algorithm::landing) is written
+// there the moment it is sent, the earliest a link could land it, and on_receive later gets that
+// place as its data.
 
 #include <gtest/gtest.h>
 
@@ -14,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <system_error>
 #include <unordered_map>
 #include <vector>
@@ -40,6 +44,7 @@ class loop_network {
     std::uint32_t step = 0;
     std::uint32_t chunk = 0;
     std::vector<std::byte> bytes;
+    std::span<const std::byte> landed;  ///< where it was written on sending (land_chunks)
   };
 
   loop_network(std::vector<std::unique_ptr<algorithm>> ranks, std::vector<rank_buffers> buffers,
@@ -58,6 +63,10 @@ class loop_network {
   algorithm& rank(std::uint32_t r) { return *ranks_[r]; }
   rank_buffers& buffers(std::uint32_t r) { return buffers_[r]; }
   std::size_t delivered() const { return delivered_; }
+  /// Write chunks into their receivers' landing places as they are sent (see above).
+  void land_chunks(bool on) { land_ = on; }
+  /// Chunks written into a landing place so far.
+  std::size_t landed() const { return landed_; }
   /// Chunks offered to a started rank and answered not_yet (each offer counts).
   std::size_t refusals() const { return refusals_; }
   bool quiet() const { return active_.empty(); }
@@ -116,7 +125,9 @@ class loop_network {
       const auto to = static_cast<std::uint32_t>(key & 0xFFFFFFFFu);
       message& m = queue.front();
       out.clear();
-      auto status = ranks_[to]->on_receive(m.from, m.step, m.chunk, m.bytes, out);
+      const std::span<const std::byte> data = m.landed.empty() ? std::span<const std::byte>{m.bytes}
+                                                               : m.landed;
+      auto status = ranks_[to]->on_receive(m.from, m.step, m.chunk, data, out);
       if (!status) return status.error();
       if (status.value() == receive_status::not_yet) {
         refused_at = generation_;
@@ -166,7 +177,17 @@ class loop_network {
                                                                                 : b.input;
       ASSERT_LE(s.offset + s.bytes, source.size()) << "rank " << from << " sends past a buffer";
       const auto bytes = source.subspan(s.offset, s.bytes);
-      message m{from, s.step, s.chunk, {bytes.begin(), bytes.end()}};
+      message m{from, s.step, s.chunk, {bytes.begin(), bytes.end()}, {}};
+      if (land_ && started_[s.peer] && !bytes.empty()) {
+        const std::span<std::byte> place = ranks_[s.peer]->landing(from, s.step, s.chunk);
+        if (!place.empty()) {
+          ASSERT_EQ(place.size(), bytes.size()) << "rank " << s.peer << " lands a chunk of "
+                                                << bytes.size() << " bytes in " << place.size();
+          std::memcpy(place.data(), bytes.data(), bytes.size());
+          m.landed = place;
+          ++landed_;
+        }
+      }
       const std::uint64_t key = key_of(from, s.peer);
       auto& queue = queues_[key];
       if (queue.empty()) activate(key);
@@ -197,6 +218,8 @@ class loop_network {
   std::vector<std::uint64_t> active_;
   std::uint64_t generation_ = 1;
   bool stalled_ = false;
+  bool land_ = false;
+  std::size_t landed_ = 0;
   std::size_t refused_ = 0;  ///< distinct queues refused since the last progress
   std::size_t delivered_ = 0;
   std::size_t refusals_ = 0;
