@@ -18,20 +18,11 @@ namespace vessel::collectives {
 namespace {
 
 using testing::loop_network;
+using testing::make_ranks;
 using testing::random_bytes;
 using testing::rank_buffers;
 using testing::roots_for;
 using testing::world_sizes;
-
-template <class Algorithm>
-std::vector<std::unique_ptr<algorithm>> make_ranks(algorithm_params params) {
-  std::vector<std::unique_ptr<algorithm>> ranks;
-  for (std::uint32_t r = 0; r < params.size; ++r) {
-    params.rank = r;
-    ranks.push_back(std::make_unique<Algorithm>(params));
-  }
-  return ranks;
-}
 
 std::uint32_t ceil_log2(std::uint32_t p) {
   std::uint32_t rounds = 0;

@@ -37,6 +37,17 @@ struct rank_buffers {
   std::optional<std::size_t> output_in_input;
 };
 
+/// One algorithm object per rank of params.size, each with its own params.rank.
+template <class Algorithm>
+std::vector<std::unique_ptr<algorithm>> make_ranks(algorithm_params params) {
+  std::vector<std::unique_ptr<algorithm>> ranks;
+  for (std::uint32_t r = 0; r < params.size; ++r) {
+    params.rank = r;
+    ranks.push_back(std::make_unique<Algorithm>(params));
+  }
+  return ranks;
+}
+
 class loop_network {
  public:
   struct message {

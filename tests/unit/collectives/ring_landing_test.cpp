@@ -20,17 +20,8 @@ namespace vessel::collectives {
 namespace {
 
 using testing::loop_network;
+using testing::make_ranks;
 using testing::rank_buffers;
-
-template <class Algorithm>
-std::vector<std::unique_ptr<algorithm>> make_ranks(algorithm_params params) {
-  std::vector<std::unique_ptr<algorithm>> ranks;
-  for (std::uint32_t r = 0; r < params.size; ++r) {
-    params.rank = r;
-    ranks.push_back(std::make_unique<Algorithm>(params));
-  }
-  return ranks;
-}
 
 std::vector<std::byte> int32_bytes(const std::vector<std::int32_t>& v) {
   std::vector<std::byte> out(v.size() * sizeof(std::int32_t));
@@ -46,6 +37,20 @@ algorithm_params ring_params(std::uint32_t p, std::size_t count) {
   params.op = reduce_op::sum;
   params.chunk_bytes = 256;  // many chunks per block, the last one short
   return params;
+}
+
+// Runs the ring with landing on and checks that chunks landed and every rank ended with `want`.
+template <class Ring>
+void run_landing(std::uint32_t p, std::size_t count, std::vector<rank_buffers> buffers,
+                 const std::vector<std::int32_t>& want, std::uint64_t seed) {
+  loop_network net{make_ranks<Ring>(ring_params(p, count)), std::move(buffers), seed};
+  net.land_chunks(true);
+  ASSERT_FALSE(net.run()) << "p=" << p << " seed=" << seed;
+  ASSERT_TRUE(net.all_done()) << "p=" << p << " seed=" << seed;
+  EXPECT_GT(net.landed(), 0u) << "p=" << p << " seed=" << seed;
+  for (std::uint32_t r = 0; r < p; ++r) {
+    EXPECT_EQ(net.buffers(r).output, int32_bytes(want)) << "p=" << p << " rank " << r;
+  }
 }
 
 TEST(RingLanding, AllreduceChunksLandInTheOutputAndTheSumsStayExact) {
@@ -64,14 +69,7 @@ TEST(RingLanding, AllreduceChunksLandInTheOutputAndTheSumsStayExact) {
         buffers[r].input = int32_bytes(in);
         buffers[r].output.assign(count * sizeof(std::int32_t), std::byte{0x5a});
       }
-      loop_network net{make_ranks<ring_allreduce>(ring_params(p, count)), std::move(buffers), seed};
-      net.land_chunks(true);
-      ASSERT_FALSE(net.run()) << "p=" << p << " seed=" << seed;
-      ASSERT_TRUE(net.all_done()) << "p=" << p << " seed=" << seed;
-      EXPECT_GT(net.landed(), 0u) << "p=" << p << " seed=" << seed;
-      for (std::uint32_t r = 0; r < p; ++r) {
-        EXPECT_EQ(net.buffers(r).output, int32_bytes(want)) << "p=" << p << " rank " << r;
-      }
+      run_landing<ring_allreduce>(p, count, std::move(buffers), want, seed);
     }
   }
 }
@@ -91,16 +89,7 @@ TEST(RingLanding, AllgatherChunksLandInTheOutputAndEveryBlockArrives) {
         buffers[r].input = int32_bytes(in);
         buffers[r].output.assign(want.size() * sizeof(std::int32_t), std::byte{0x5a});
       }
-      loop_network net{make_ranks<ring_allgather>(ring_params(p, block)), std::move(buffers), seed};
-      net.land_chunks(true);
-      ASSERT_FALSE(net.run()) << "p=" << p << " seed=" << seed;
-      ASSERT_TRUE(net.all_done()) << "p=" << p << " seed=" << seed;
-      // Every chunk to a started rank lands: (p - 1) blocks of ceil(block bytes / 256) chunks
-      // per rank, less those sent before their receiver started.
-      EXPECT_GT(net.landed(), 0u) << "p=" << p << " seed=" << seed;
-      for (std::uint32_t r = 0; r < p; ++r) {
-        EXPECT_EQ(net.buffers(r).output, int32_bytes(want)) << "p=" << p << " rank " << r;
-      }
+      run_landing<ring_allgather>(p, block, std::move(buffers), want, seed);
     }
   }
 }
