@@ -812,17 +812,16 @@ message_destination runtime::on_message_begin(const message_start& m) {
   if (!fit) return {};
   auto& r = *reinterpret_cast<p2p_request*>(static_cast<std::uintptr_t>(fit->cookie));
   if (!r.lands || claimed_[m.src] != nullptr) return {};
+  std::span<std::byte> into = r.into;
   if (r.locate != nullptr) {
     if (m.first_fragment.size() < r.head_bytes) return {};
-    r.into = r.locate(r.locate_ctx, m.src, m.first_fragment.first(r.head_bytes));
-    if (r.into.data() == nullptr || m.length != r.head_bytes + r.into.size()) {
-      r.into = {};
-      return {};
-    }
-  } else if (m.length > r.head_bytes + r.into.size()) {
+    into = r.locate(r.locate_ctx, m.src, m.first_fragment.first(r.head_bytes));
+    if (into.data() == nullptr || m.length != r.head_bytes + into.size()) return {};
+  } else if (m.length > r.head_bytes + into.size()) {
     return {};
   }
   if (!matcher_->claim(fit->id)) return {};
+  r.into = into;  // only once the receive is this message's
   unlink_pending(r);
   r.claimed_ = true;
   claimed_[m.src] = &r;
