@@ -26,7 +26,9 @@ using clock = std::chrono::steady_clock;
 using actors::p2p_request;
 
 spdlog::logger& logger() {
-  return log::get("actors");
+  // log::get takes a lock and a map lookup; this runs twice per message.
+  static spdlog::logger& actors_logger = log::get("actors");
+  return actors_logger;
 }
 
 /// Prefix of every chunk: the whole message's length and this chunk's offset in it.
@@ -188,8 +190,16 @@ struct comm::impl {
     // Not to ourselves: the loopback hands the sent handle itself to the receive, so the send
     // would wait for a receive that comes after it.
     if (data.size() >= lend_threshold && dst != rank()) return send_lent(data, dst, tag);
-    std::array<p2p_request, chunk_window> slots;
     const std::size_t step = chunk_payload();
+    if (data.size() <= step) {  // one chunk: no window of requests to set up and tear down
+      p2p_request only;
+      prepare_chunk(only, data, 0, data.size(), dst, tag);
+      r.submit(only);
+      only.wait();
+      if (only.error) throw_failed(rank(), "send to", dst, tag, only.error);
+      return;
+    }
+    std::array<p2p_request, chunk_window> slots;
     std::size_t chunks = 0;
     std::error_code failed;
     std::size_t offset = 0;
@@ -268,14 +278,22 @@ struct comm::impl {
   }
 
   /// Waits for the first chunk of a receive already submitted; on timeout cancels it and throws.
+  void await_first(p2p_request& first, std::chrono::milliseconds timeout) {
+    if (timeout != no_timeout && !first.wait_for(timeout)) {
+      rt->cancel(first);
+    }
+    settle_first(first, timeout);
+  }
+  /// await_first() up to `deadline` (several rounds of one call share it).
   void await_first(p2p_request& first, clock::time_point deadline,
                    std::chrono::milliseconds timeout) {
-    if (deadline == clock::time_point::max()) {
-      first.wait();
-    } else if (!first.wait_until(deadline)) {
+    if (deadline != clock::time_point::max() && !first.wait_until(deadline)) {
       rt->cancel(first);
-      first.wait();  // cancelled, or a message matched first
     }
+    settle_first(first, timeout);
+  }
+  void settle_first(p2p_request& first, std::chrono::milliseconds timeout) {
+    first.wait();  // done, cancelled, or a message matched before the cancel
     if (first.error == actors::comm_errc::receive_cancelled) {
       throw comm_timeout{rank(), first.peer, first.tag, timeout};
     }
@@ -326,6 +344,7 @@ struct comm::impl {
     }
     auto chunk_at = [&](std::size_t i) { return base + i * step; };
     auto chunk_length = [&](std::size_t i) { return std::min(step, st.bytes - chunk_at(i)); };
+    if (remaining == 0) return st;  // one chunk: no window of requests to set up
     std::array<p2p_request, chunk_window> slots;
     std::size_t posted = 0;
     std::error_code failed;
@@ -388,7 +407,7 @@ struct comm::impl {
     // The first chunk lands in the buffer when it fits: header apart, its bytes at offset 0.
     p2p_request::make_receive_into(first, src, tag, header_bytes, buffer);
     r.submit(first);
-    await_first(first, deadline_after(timeout), timeout);
+    await_first(first, timeout);
     bool fits = true;
     recv_status st = finish_receive(
         first,
@@ -743,7 +762,7 @@ recv_status comm_request::wait(std::chrono::milliseconds timeout) {
     s.status = recv_status{s.owner->rank(), s.sends.front()->tag, s.send_bytes, 0};
     return s.status;
   }
-  s.owner->await_first(s.first, deadline_after(timeout), timeout);
+  s.owner->await_first(s.first, timeout);
   s.finished = true;  // from here on the message is ours, whatever happens to its chunks
   s.data = s.owner->recv_vector(s.first, &s.status);
   return s.status;

@@ -211,6 +211,27 @@ bool p2p_request::wait_until(clock::time_point deadline) const noexcept {
       __builtin_ia32_pause();
     }
   }
+  return sleep_until(deadline);
+}
+
+bool p2p_request::wait_for(clock::duration timeout) const noexcept {
+  if (done()) return true;
+  // The timeout counts from the drive's first look at the clock, some turns in: a wait that
+  // ends sooner (a ping-pong's) reads no clock at all.
+  clock::time_point first_look{};
+  if (runtime_ == nullptr ||
+      !runtime_->drive_until([this] { return done(); }, clock::time_point::max(), &first_look)) {
+    for (int i = 0; i < spin_polls; ++i) {
+      if (done()) return true;
+      __builtin_ia32_pause();
+    }
+  }
+  if (done()) return true;
+  if (first_look == clock::time_point{}) first_look = clock::now();
+  return sleep_until(first_look + timeout);
+}
+
+bool p2p_request::sleep_until(clock::time_point deadline) const noexcept {
   while (!done()) {
     if (!announce_sleeper(state_)) break;
     if (deadline == clock::time_point::max()) {
@@ -481,7 +502,8 @@ void runtime::shutdown() {
 }
 
 template <class Done>
-bool runtime::drive_until(Done&& done, clock::time_point deadline) noexcept {
+bool runtime::drive_until(Done&& done, clock::time_point deadline,
+                          clock::time_point* first_look) noexcept {
   if (!options_.caller_progress || !reactor_ || !reactor_->borrow()) return false;
   // The budget is counted from the first look at the clock, 64 turns in: a wait that ends
   // sooner (a ping-pong's) reads no clock at all.
@@ -501,7 +523,10 @@ bool runtime::drive_until(Done&& done, clock::time_point deadline) noexcept {
     if (yield_when_idle_.load(std::memory_order_relaxed)) ::sched_yield();
     if ((i & 63) == 63) {
       const auto now = clock::now();
-      if (i == 63) until = std::min(deadline, now + options_.caller_spin);
+      if (i == 63) {
+        until = std::min(deadline, now + options_.caller_spin);
+        if (first_look != nullptr) *first_look = now;
+      }
       if (now >= until) break;
     }
   }

@@ -93,6 +93,9 @@ class p2p_request {
   void wait() const noexcept;
   /// As wait(), up to `deadline`; false if still not done.
   bool wait_until(std::chrono::steady_clock::time_point deadline) const noexcept;
+  /// As wait(), for about `timeout` (counted from the first clock read of the wait, which a
+  /// wait that ends within a few dozen loop turns never makes); false if still not done.
+  bool wait_for(std::chrono::steady_clock::duration timeout) const noexcept;
   /// Also signal runtime::events() when this request completes, so that one thread can sleep on
   /// many requests at once (the collectives' driver). Kept across make_send/make_receive.
   void signal_events(bool on) noexcept { signal_events_ = on; }
@@ -127,6 +130,7 @@ class p2p_request {
  private:
   friend class runtime;
   void complete(std::error_code ec) noexcept;
+  bool sleep_until(std::chrono::steady_clock::time_point deadline) const noexcept;
 
   // 0 in flight, 1 done, 2 in flight with a sleeper: a futex word, woken only when 2 (a wake
   // is a syscall, and a caller that drives the loop completes its own requests).
@@ -300,8 +304,11 @@ class runtime : private mesh_observer, private credit_sink {
   /// caller_spin budget or `deadline` runs out, or the reactor stops. False when the loop could
   /// not be borrowed (not lendable, or another thread drives it): the caller then sleeps as
   /// usual and the driver's turns complete its request.
+  /// `first_look`, when given, gets the drive's first clock reading (left alone when it read
+  /// none).
   template <class Done>
-  bool drive_until(Done&& done, std::chrono::steady_clock::time_point deadline) noexcept;
+  bool drive_until(Done&& done, std::chrono::steady_clock::time_point deadline,
+                   std::chrono::steady_clock::time_point* first_look = nullptr) noexcept;
 
   runtime_options options_;
   launch_info launch_;
