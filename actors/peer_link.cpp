@@ -196,6 +196,7 @@ void peer_link::on_writable() {
 // ------------------------------------------------------------------------------- receive side
 
 void peer_link::on_frame(const wire::frame_header& header, std::span<const std::byte> payload) {
+  owner_.reactor.note_arrival();
   const link_time t = now();
   liveness_.on_received(t);
   switch (header.kind()) {

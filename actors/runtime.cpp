@@ -17,6 +17,7 @@
 
 #include "actors/auth.hpp"
 #include "actors/comm_errc.hpp"
+#include "actors/drive_budget.hpp"
 #include "actors/errc.hpp"
 #include "actors/kv_store_client.hpp"
 #include "actors/kv_store_server.hpp"
@@ -507,7 +508,7 @@ bool runtime::drive_until(Done&& done, clock::time_point deadline,
   if (!options_.caller_progress || !reactor_ || !reactor_->borrow()) return false;
   // The budget is counted from the first look at the clock, 64 turns in: a wait that ends
   // sooner (a ping-pong's) reads no clock at all.
-  clock::time_point until{};
+  drive_budget budget{options_.caller_spin, deadline};
   bool finished = false;
   for (unsigned i = 0;; ++i) {
     reactor_->borrowed_turn();
@@ -521,15 +522,9 @@ bool runtime::drive_until(Done&& done, clock::time_point deadline,
     if (reactor_->stop_requested()) break;
     // Oversubscribed: the reply we spin for needs a rank that may be waiting for this core.
     if (yield_when_idle_.load(std::memory_order_relaxed)) ::sched_yield();
-    if ((i & 63) == 63) {
-      const auto now = clock::now();
-      if (i == 63) {
-        until = std::min(deadline, now + options_.caller_spin);
-        if (first_look != nullptr) *first_look = now;
-      }
-      if (now >= until) break;
-    }
+    if ((i & 63) == 63 && !budget.keep_going(clock::now(), reactor_->arrivals())) break;
   }
+  if (first_look != nullptr && budget.started()) *first_look = budget.first_look();
   // Done: stay parked-lent for a moment (the caller's next call is likely near). Still waiting:
   // the reactor thread takes the loop at once, and its completion wakes our sleep.
   reactor_->give_back(finished);

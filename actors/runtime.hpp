@@ -88,8 +88,9 @@ class p2p_request {
   /// True once the runtime finished with the request (acquire: its results are visible).
   bool done() const noexcept { return state_.load(std::memory_order_acquire) == 1; }
   /// Waits until done(). With caller-driven progress (runtime_options::caller_progress) the
-  /// waiting thread runs the reactor's loop itself for up to runtime_options::caller_spin, then
-  /// sleeps; otherwise it spins briefly (a reply is often microseconds away), then sleeps.
+  /// waiting thread runs the reactor's loop itself until caller_spin passes with no frame
+  /// arriving, then sleeps; otherwise it spins briefly (a reply is often microseconds away), then
+  /// sleeps.
   void wait() const noexcept;
   /// As wait(), up to `deadline`; false if still not done.
   bool wait_until(std::chrono::steady_clock::time_point deadline) const noexcept;
@@ -300,8 +301,9 @@ class runtime : private mesh_observer, private credit_sink {
   void fail_everything(std::error_code ec);
   template <class F>
   auto on_reactor(F&& fn) -> decltype(fn());
-  /// Caller-driven progress: runs the reactor's loop on this thread until `done()` holds, the
-  /// caller_spin budget or `deadline` runs out, or the reactor stops. False when the loop could
+  /// Caller-driven progress: runs the reactor's loop on this thread until `done()` holds,
+  /// the drive_budget runs out (caller_spin with no frame arriving, or `deadline`), or the
+  /// reactor stops. False when the loop could
   /// not be borrowed (not lendable, or another thread drives it): the caller then sleeps as
   /// usual and the driver's turns complete its request.
   /// `first_look`, when given, gets the drive's first clock reading (left alone when it read

@@ -151,6 +151,10 @@ class reactor {
   }
   /// True while a borrower drives the loop (loop owner only).
   bool lent() const noexcept { return lent_; }
+  /// Frames that arrived, as counted by the transports' users (note_arrival(); loop owner only):
+  /// a borrower that sees it move keeps driving, since a message is coming in.
+  void note_arrival() noexcept { ++arrivals_; }
+  std::uint64_t arrivals() const noexcept { return arrivals_; }
   /// True once stop() was called (any thread).
   bool stop_requested() const noexcept { return stop_requested_.load(std::memory_order_acquire); }
   /// Registers / removes a poller (loop owner only; remove before the poller dies).
@@ -273,6 +277,7 @@ class reactor {
   std::atomic<bool> lending_allowed_{true};
   bool lent_ = false;                 // loop owner only
   unsigned lent_turns_ = 0;           // borrowed turns, to space out their timer checks
+  std::uint64_t arrivals_ = 0;        // loop owner only (note_arrival)
   std::vector<loop_poller*> pollers_;  // loop owner only
 
   // Adaptive busy-poll (config_.busy_poll): consecutive spins that found nothing; at the limit
