@@ -28,8 +28,12 @@ struct shm_config {
   /// descriptors of large ones. 1 MiB holds ~20k small frames.
   std::size_t ring_bytes = std::size_t{1} << 20;
   /// Payload-area bytes of the direction we send on (power of two): large payloads are written
-  /// there once and read in place. Must hold the largest payload we send, rounded to 64 bytes.
-  std::size_t area_bytes = std::size_t{16} << 20;
+  /// there once and read in place. A record takes at most half of it, so it must be at least
+  /// twice the largest payload we send (a mesh fragment: 256 KiB), rounded to 64 bytes. Small
+  /// enough to stay in the last-level cache: the receiver frees each payload as soon as it is
+  /// copied out, so a larger area only makes the sender write lines gone cold (16 MiB: a 1 MiB
+  /// allreduce over shm at 4.5-4.9 GB/s, 4 MiB: 6.5-9.1; docs/io_performance.md).
+  std::size_t area_bytes = std::size_t{4} << 20;
   /// Payloads up to this size travel inside the ring record; larger ones go to the payload area.
   std::size_t inline_max = 2048;
   /// Longest the receiver spins on an empty ring before it sleeps on its eventfd. An eventfd
