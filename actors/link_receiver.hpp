@@ -88,6 +88,9 @@ class link_receiver {
   /// last_seq_seen carries it).
   wire::credit_fields on_reconnect() noexcept;
 
+  /// True while frames wait for an ack: on_frame() then ignores its `now` (the first of them
+  /// started the delayed-ack timer).
+  bool acks_owed() const noexcept { return unacked_frames_ > 0; }
   /// Highest seq delivered in order: the hello's last_seq_seen.
   std::uint64_t last_seq_seen() const noexcept { return last_seq_; }
   /// Payload bytes delivered and not yet consumed by the app.

@@ -1,6 +1,7 @@
 #include "actors/peer_link.hpp"
 
 #include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,6 +69,13 @@ peer_link::~peer_link() {
 
 link_time peer_link::now() noexcept {
   return std::chrono::duration_cast<link_time>(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+link_time peer_link::coarse_now() noexcept {
+  // The same timeline as steady_clock (CLOCK_MONOTONIC), as of the last tick.
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::chrono::seconds{ts.tv_sec} + std::chrono::nanoseconds{ts.tv_nsec};
 }
 
 bool peer_link::dials() const noexcept {
@@ -177,14 +185,14 @@ bool peer_link::send_frame(const wire::frame_header& header, const io::buffer_sl
   if (connection_ == nullptr) return false;
   auto sent = connection_->transport().send(header, payload);
   if (!sent) return false;  // queue full: on_writable() resumes; closed: on_closed follows
-  liveness_.on_sent(now());
+  liveness_.on_sent(coarse_now());
   return true;
 }
 
 bool peer_link::send_control(const wire::frame_header& header) {
   if (connection_ == nullptr) return false;
   if (!connection_->transport().send_copy(header, {})) return false;
-  liveness_.on_sent(now());
+  liveness_.on_sent(coarse_now());
   return true;
 }
 
@@ -197,7 +205,10 @@ void peer_link::on_writable() {
 
 void peer_link::on_frame(const wire::frame_header& header, std::span<const std::byte> payload) {
   owner_.reactor.note_arrival();
-  const link_time t = now();
+  // Coarse: liveness needs no better. What needs the precise clock reads it itself: the start of
+  // the delayed-ack timer (on_data) and RTT samples (heartbeats). An ack due by delay that the
+  // coarse time misses in flush_ack() below goes out when the ack timer fires.
+  const link_time t = coarse_now();
   liveness_.on_received(t);
   switch (header.kind()) {
     case wire::frame_kind::data:
@@ -216,7 +227,8 @@ void peer_link::on_frame(const wire::frame_header& header, std::span<const std::
       break;
     }
     case wire::frame_kind::heartbeat: {
-      if (auto answer = liveness_.on_heartbeat(std::get<wire::heartbeat_fields>(header.body), t)) {
+      if (auto answer =
+              liveness_.on_heartbeat(std::get<wire::heartbeat_fields>(header.body), now())) {
         send_control(control_frame(*answer));
       }
       break;
@@ -246,7 +258,7 @@ std::span<std::byte> peer_link::payload_destination(const wire::frame_header& he
 void peer_link::on_data(const wire::frame_header& header, const wire::data_fields& data,
                         std::span<const std::byte> payload, link_time t) {
   if (header.seq != 0 && header.seq <= receiver_.last_seq_seen()) {
-    (void)receiver_.on_frame(header, t);  // counts the duplicate
+    (void)receiver_.on_frame(header, receiver_.acks_owed() ? t : now());  // counts the duplicate
     return;
   }
   if (data.src != peer_ || data.dst != owner_.config.self_rank) {
@@ -271,7 +283,8 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
       return;
     }
   }
-  auto verdict = receiver_.on_frame(header, t);
+  // The frame that starts the delayed-ack timer stamps it precisely (200 µs against a tick).
+  auto verdict = receiver_.on_frame(header, receiver_.acks_owed() ? t : now());
   if (!verdict) return fail(verdict.error(), "bad data frame");
   if (verdict.value() == receive_verdict::duplicate) {
     if (first) abandon_landing(false);
@@ -319,7 +332,8 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
 
 std::optional<message_start> peer_link::in_progress() const {
   if (!reassembler_.active() || reassembler_.complete() || landing_message_) return std::nullopt;
-  return message_start{peer_, reassembly_tag_, reassembler_.message_id(), reassembler_.total_len()};
+  return message_start{peer_, reassembly_tag_, reassembler_.message_id(),
+                       reassembler_.total_len(), {}};
 }
 
 bool peer_link::divert(std::uint64_t message_id, const message_destination& into) {
