@@ -2,7 +2,8 @@
 // How long a waiting caller keeps driving the rank's loop (caller-driven progress,
 // runtime::drive_until) before it hands the loop back to the reactor thread and sleeps.
 //
-// The budget runs out after `spin` with no frame arriving, or at the wait's deadline. While
+// The budget runs out after `spin` with no frame arriving, or at the wait's deadline (a fixed
+// time, or a timeout counted from the first look at the clock, whichever comes first). While
 // frames keep coming (a large message landing, the acks of a lent send), the caller takes them
 // as well as the reactor thread would, and handing over would cost two thread hand-offs per
 // message and, on a machine with few cores, a fourth runnable thread competing with the ranks:
@@ -22,8 +23,9 @@ class drive_budget {
  public:
   using clock = std::chrono::steady_clock;
 
-  drive_budget(clock::duration spin, clock::time_point deadline) noexcept
-      : spin_{spin}, deadline_{deadline} {}
+  drive_budget(clock::duration spin, clock::time_point deadline,
+               clock::duration timeout = clock::duration::max()) noexcept
+      : spin_{spin}, deadline_{deadline}, timeout_{timeout} {}
 
   /// One look at the clock, with the arrivals counted so far. The first look starts the budget.
   /// False once the caller should stop driving.
@@ -32,6 +34,7 @@ class drive_budget {
       started_ = true;
       first_look_ = now;
       arrivals_ = arrivals;
+      if (timeout_ < deadline_ - now) deadline_ = now + timeout_;
       until_ = std::min(deadline_, now + spin_);
     }
     if (now < until_) return true;
@@ -48,6 +51,7 @@ class drive_budget {
  private:
   clock::duration spin_;
   clock::time_point deadline_;
+  clock::duration timeout_;
   clock::time_point until_{};
   clock::time_point first_look_{};
   std::uint64_t arrivals_ = 0;

@@ -221,7 +221,8 @@ bool p2p_request::wait_for(clock::duration timeout) const noexcept {
   // ends sooner (a ping-pong's) reads no clock at all.
   clock::time_point first_look{};
   if (runtime_ == nullptr ||
-      !runtime_->drive_until([this] { return done(); }, clock::time_point::max(), &first_look)) {
+      !runtime_->drive_until([this] { return done(); }, clock::time_point::max(), &first_look,
+                             timeout)) {
     for (int i = 0; i < spin_polls; ++i) {
       if (done()) return true;
       __builtin_ia32_pause();
@@ -503,12 +504,12 @@ void runtime::shutdown() {
 }
 
 template <class Done>
-bool runtime::drive_until(Done&& done, clock::time_point deadline,
-                          clock::time_point* first_look) noexcept {
+bool runtime::drive_until(Done&& done, clock::time_point deadline, clock::time_point* first_look,
+                          clock::duration timeout) noexcept {
   if (!options_.caller_progress || !reactor_ || !reactor_->borrow()) return false;
   // The budget is counted from the first look at the clock, 64 turns in: a wait that ends
   // sooner (a ping-pong's) reads no clock at all.
-  drive_budget budget{options_.caller_spin, deadline};
+  drive_budget budget{options_.caller_spin, deadline, timeout};
   bool finished = false;
   for (unsigned i = 0;; ++i) {
     reactor_->borrowed_turn();

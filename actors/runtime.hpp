@@ -306,11 +306,13 @@ class runtime : private mesh_observer, private credit_sink {
   /// reactor stops. False when the loop could
   /// not be borrowed (not lendable, or another thread drives it): the caller then sleeps as
   /// usual and the driver's turns complete its request.
-  /// `first_look`, when given, gets the drive's first clock reading (left alone when it read
-  /// none).
+  /// `timeout` also ends it, counted from the drive's first clock reading, which `first_look`
+  /// (when given) receives (left alone when it read none).
   template <class Done>
   bool drive_until(Done&& done, std::chrono::steady_clock::time_point deadline,
-                   std::chrono::steady_clock::time_point* first_look = nullptr) noexcept;
+                   std::chrono::steady_clock::time_point* first_look = nullptr,
+                   std::chrono::steady_clock::duration timeout =
+                       std::chrono::steady_clock::duration::max()) noexcept;
 
   runtime_options options_;
   launch_info launch_;

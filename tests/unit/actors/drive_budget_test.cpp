@@ -45,6 +45,22 @@ TEST(drive_budget, the_deadline_ends_the_drive_even_while_frames_arrive) {
   EXPECT_FALSE(b.keep_going(t0 + 300us, 2));
 }
 
+TEST(drive_budget, a_timeout_counts_from_the_first_look_and_ends_the_drive_while_frames_arrive) {
+  // A receive with a timeout while another peer streams to us: the frames keep the drive going,
+  // but not past the receive's timeout.
+  drive_budget b{200us, clock::time_point::max(), 1ms};
+  ASSERT_TRUE(b.keep_going(t0, 0));
+  std::uint64_t arrivals = 0;
+  for (int window = 1; window < 5; ++window) {
+    EXPECT_TRUE(b.keep_going(t0 + window * 200us, ++arrivals)) << "window " << window;
+  }
+  EXPECT_FALSE(b.keep_going(t0 + 1ms, ++arrivals));
+  drive_budget sooner{200us, t0 + 300us, 1ms};
+  ASSERT_TRUE(sooner.keep_going(t0, 0));
+  EXPECT_TRUE(sooner.keep_going(t0 + 200us, 1));
+  EXPECT_FALSE(sooner.keep_going(t0 + 300us, 2)) << "the fixed deadline came first";
+}
+
 TEST(drive_budget, a_deadline_sooner_than_the_spin_bounds_the_first_window) {
   drive_budget b{200us, t0 + 50us};
   EXPECT_TRUE(b.keep_going(t0, 0));
