@@ -205,32 +205,29 @@ void p2p_request::wait() const noexcept {
 }
 
 bool p2p_request::wait_until(clock::time_point deadline) const noexcept {
-  if (done()) return true;
-  if (runtime_ == nullptr || !runtime_->drive_until([this] { return done(); }, deadline)) {
-    for (int i = 0; i < spin_polls; ++i) {
-      if (done()) return true;
-      __builtin_ia32_pause();
-    }
-  }
-  return sleep_until(deadline);
+  return drive_or_spin(deadline, nullptr, clock::duration::max()) || sleep_until(deadline);
 }
 
 bool p2p_request::wait_for(clock::duration timeout) const noexcept {
-  if (done()) return true;
   // The timeout counts from the drive's first look at the clock, some turns in: a wait that
   // ends sooner (a ping-pong's) reads no clock at all.
   clock::time_point first_look{};
+  if (drive_or_spin(clock::time_point::max(), &first_look, timeout)) return true;
+  if (first_look == clock::time_point{}) first_look = clock::now();
+  return sleep_until(first_look + timeout);
+}
+
+bool p2p_request::drive_or_spin(clock::time_point deadline, clock::time_point* first_look,
+                                clock::duration timeout) const noexcept {
+  if (done()) return true;
   if (runtime_ == nullptr ||
-      !runtime_->drive_until([this] { return done(); }, clock::time_point::max(), &first_look,
-                             timeout)) {
+      !runtime_->drive_until([this] { return done(); }, deadline, first_look, timeout)) {
     for (int i = 0; i < spin_polls; ++i) {
       if (done()) return true;
       __builtin_ia32_pause();
     }
   }
-  if (done()) return true;
-  if (first_look == clock::time_point{}) first_look = clock::now();
-  return sleep_until(first_look + timeout);
+  return done();
 }
 
 bool p2p_request::sleep_until(clock::time_point deadline) const noexcept {

@@ -131,6 +131,11 @@ class p2p_request {
  private:
   friend class runtime;
   void complete(std::error_code ec) noexcept;
+  /// The first part of every wait: the caller drives the loop (runtime::drive_until), or spins
+  /// briefly when it cannot borrow it. True once done().
+  bool drive_or_spin(std::chrono::steady_clock::time_point deadline,
+                     std::chrono::steady_clock::time_point* first_look,
+                     std::chrono::steady_clock::duration timeout) const noexcept;
   bool sleep_until(std::chrono::steady_clock::time_point deadline) const noexcept;
 
   // 0 in flight, 1 done, 2 in flight with a sleeper: a futex word, woken only when 2 (a wake
@@ -301,13 +306,12 @@ class runtime : private mesh_observer, private credit_sink {
   void fail_everything(std::error_code ec);
   template <class F>
   auto on_reactor(F&& fn) -> decltype(fn());
-  /// Caller-driven progress: runs the reactor's loop on this thread until `done()` holds,
-  /// the drive_budget runs out (caller_spin with no frame arriving, or `deadline`), or the
-  /// reactor stops. False when the loop could
-  /// not be borrowed (not lendable, or another thread drives it): the caller then sleeps as
-  /// usual and the driver's turns complete its request.
-  /// `timeout` also ends it, counted from the drive's first clock reading, which `first_look`
-  /// (when given) receives (left alone when it read none).
+  /// Caller-driven progress: runs the reactor's loop on this thread until `done()` holds, the
+  /// drive_budget runs out (caller_spin with no frame arriving, `deadline`, or `timeout` counted
+  /// from the drive's first clock reading, which `first_look` receives when given and the drive
+  /// read one), or the reactor stops. False when the loop could not be borrowed (not lendable,
+  /// or another thread drives it): the caller then sleeps as usual and the driver's turns
+  /// complete its request.
   template <class Done>
   bool drive_until(Done&& done, std::chrono::steady_clock::time_point deadline,
                    std::chrono::steady_clock::time_point* first_look = nullptr,
