@@ -67,6 +67,10 @@ void run_all_pairs(mesh_transport t, const std::string& prefix, bool land = fals
     ASSERT_TRUE(n->wait_received(std::uint64_t{per_peer} * world))
         << "received " << n->received();
   }
+  // Whether one fragment is read in place depends on timing (its header must be parsed before its
+  // payload is already buffered), so a loaded machine can defeat it on one pair; over all six
+  // pairs' 342 or more later fragments it cannot.
+  std::uint64_t received_in_place = 0;
   for (std::uint32_t i = 0; i < world; ++i) {
     EXPECT_TRUE(c.nodes[i]->errors().empty()) << c.nodes[i]->errors().front();
     EXPECT_EQ(c.nodes[i]->send_errors(), 0u);
@@ -77,17 +81,15 @@ void run_all_pairs(mesh_transport t, const std::string& prefix, bool land = fals
       EXPECT_EQ(s.messages_received, std::uint64_t{per_peer});
       EXPECT_EQ(s.held_bytes, 0u) << "everything delivered was released";
       EXPECT_GT(s.frames_received, std::uint64_t{per_peer}) << "big messages are fragmented";
-      if (lendable && t == mesh_transport::tcp) {
-        EXPECT_GT(s.received_in_place, 0u) << "fragments after the first came off the socket: "
-                                           << i << " from " << p << ", " << s.frames_received
-                                           << " frames";
-      } else {
-        EXPECT_EQ(s.received_in_place, 0u);
-      }
+      received_in_place += s.received_in_place;
+      if (!(lendable && t == mesh_transport::tcp)) EXPECT_EQ(s.received_in_place, 0u);
     }
     // Messages to self never touch a link, so they never land.
     EXPECT_EQ(c.nodes[i]->landed(), land ? std::uint64_t{per_peer} * (world - 1) : 0u);
     EXPECT_TRUE(c.nodes[i]->abandoned().empty());
+  }
+  if (lendable && t == mesh_transport::tcp) {
+    EXPECT_GT(received_in_place, 0u) << "fragments after a message's first came off the socket";
   }
 }
 
