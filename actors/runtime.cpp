@@ -428,6 +428,7 @@ detailed_result<void> runtime::boot(const env_view& env) {
   // Pools, matcher, mesh.
   send_pool_ = std::make_unique<io::buffer_pool>(options_.send_pool);
   send_pool_->set_available_callback([this](std::size_t) {
+    blocks_returned_.fetch_add(1, std::memory_order_release);
     std::lock_guard lock{block_mutex_};
     block_cv_.notify_all();
   });
@@ -611,6 +612,15 @@ void runtime::submit(p2p_request& r) noexcept {
       incoming_.push_back({&r, false});
     }
     flush();
+    // A caller that only sends (a stream, a broadcast's root) must still take in what comes
+    // back, and nobody else would: the reactor thread stays parked while callers keep borrowing.
+    // Acks release its send blocks (else it cycles through the whole pool, cold), and the room
+    // a full transport waits for (the peer consumed the shm area) is seen by the loop's pollers:
+    // a frame queued behind a full area went out only once the pool ran dry.
+    if (++sends_since_turn_ >= sends_per_turn || reactor_->work_waiting()) {
+      sends_since_turn_ = 0;
+      reactor_->borrowed_turn();
+    }
     reactor_->give_back();
     return;
   }
@@ -640,11 +650,17 @@ void runtime::ack_cancel(p2p_request& r) noexcept {
 io::buffer runtime::acquire_send_block(std::size_t bytes) {
   if (bytes > send_pool_->max_block_size()) return {};
   for (;;) {
+    const std::uint32_t seen = blocks_returned_.load(std::memory_order_acquire);
     if (io::buffer b = send_pool_->try_acquire(bytes == 0 ? 1 : bytes)) return b;
-    // Exhausted: the try armed the pool's callback. The timed wait covers a block returned
-    // between the try and the wait (the callback may fire before we sleep).
+    // Exhausted: the try armed the pool's callback. Blocks come back with the peer's acks, which
+    // this thread may have to take in itself: with caller-driven progress the reactor thread is
+    // parked, and would take the loop back only a linger (1 ms) later.
+    const auto returned = [&] { return blocks_returned_.load(std::memory_order_acquire) != seen; };
+    if (drive_until(returned, clock::time_point::max()) && returned()) continue;
+    // Nobody to drive, or the budget ran out: the reactor thread has the loop. The timed wait
+    // covers a block returned between the try and the wait (the callback may fire first).
     std::unique_lock lock{block_mutex_};
-    block_cv_.wait_for(lock, 1ms);
+    block_cv_.wait_for(lock, 1ms, returned);
   }
 }
 
@@ -731,6 +747,7 @@ void runtime::start_receive(p2p_request& r) {
     r.length = m.payload.size();
     r.payload = std::move(m.payload);
     r.complete({});
+    reactor_->note_completion();
     return;
   }
   r.receive_ = posted.value().id;
@@ -783,7 +800,9 @@ bool runtime::cancel_receive(p2p_request& r) {
 void runtime::settle_claimed(p2p_request& r, std::error_code ec) noexcept {
   r.claimed_ = false;
   const bool cancelled = std::exchange(r.cancel_deferred_, false);
+  runtime* const owner = r.runtime_;  // `r` may be gone once complete() woke its waiter
   r.complete(ec);
+  if (owner != nullptr) owner->reactor_->note_completion();
   if (cancelled) ack_cancel(r);  // its canceller owns `r` and waits for this
 }
 
@@ -902,6 +921,7 @@ void runtime::on_message(inbound_message&& m) {
   r.length = done.message.payload.size();
   r.payload = std::move(done.message.payload);
   r.complete({});
+  reactor_->note_completion();
 }
 
 void runtime::on_peer_state(std::uint32_t peer, peer_state s, std::error_code why) {

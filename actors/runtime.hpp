@@ -350,9 +350,14 @@ class runtime : private mesh_observer, private credit_sink {
   std::vector<p2p_request*> claimed_;  // per peer: the receive its landing message fills
   bool closing_ = false;
 
+  // The loop's holder only (submit on a caller's thread holds it too).
+  static constexpr unsigned sends_per_turn = 8;
+  unsigned sends_since_turn_ = 0;
+
   // Waiters for a send block (the pool's available-callback wakes them).
   std::mutex block_mutex_;
   std::condition_variable block_cv_;
+  std::atomic<std::uint32_t> blocks_returned_{0};  // bumped by the pool's available-callback
 
   std::atomic<bool> shut_down_{false};
 

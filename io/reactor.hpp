@@ -155,6 +155,16 @@ class reactor {
   /// a borrower that sees it move keeps driving, since a message is coming in.
   void note_arrival() noexcept { ++arrivals_; }
   std::uint64_t arrivals() const noexcept { return arrivals_; }
+  /// A request completed this turn (loop owner only): a poller that drains a busy link for a
+  /// borrower stops after the current frame, so the borrower sees its request done at once
+  /// instead of after everything the peer sent meanwhile. Cleared when the next turn begins.
+  void note_completion() noexcept { completed_ = true; }
+  bool completion_noted() const noexcept { return completed_; }
+  /// A caller waits to borrow the loop from the reactor thread (any thread): long work on the
+  /// reactor thread (a busy link's drain) stops early and leaves the rest to the borrower.
+  bool lend_requested() const noexcept {
+    return lend_requests_.load(std::memory_order_relaxed) != 0;
+  }
   /// True once stop() was called (any thread).
   bool stop_requested() const noexcept { return stop_requested_.load(std::memory_order_acquire); }
   /// Registers / removes a poller (loop owner only; remove before the poller dies).
@@ -274,10 +284,12 @@ class reactor {
   static constexpr std::uint64_t return_now_bit = 1;
   std::atomic<std::uint64_t> returns_{0};
   std::atomic<std::uint32_t> park_word_{0};
+  std::atomic<bool> posted_while_free_{false};  // post() found nobody holding the loop
   std::atomic<bool> lending_allowed_{true};
   bool lent_ = false;                 // loop owner only
   unsigned lent_turns_ = 0;           // borrowed turns, to space out their timer checks
   std::uint64_t arrivals_ = 0;        // loop owner only (note_arrival)
+  bool completed_ = false;            // loop owner only (note_completion)
   std::vector<loop_poller*> pollers_;  // loop owner only
 
   // Adaptive busy-poll (config_.busy_poll): consecutive spins that found nothing; at the limit

@@ -343,6 +343,11 @@ void shm_transport::receive_loop() {
     if (state_ != state::open) break;
     check_writable();
     if (reactor_.lent()) break;  // the borrower polls us on its next turn (poll())
+    if (reactor_.lend_requested()) {
+      // A caller waits for the loop (its receive may be in this ring): the rest is its to drain.
+      continuation_pending_ = reactor_.post(work_item{&shm_transport::continue_receive, this});
+      break;
+    }
     // A busy link (ping-pong keeps the spin succeeding) must not keep the reactor to itself.
     if (delivered >= drain_batch) {
       // Possibly more: let the reactor's other work run first, then continue.
@@ -490,6 +495,10 @@ std::size_t shm_transport::drain(std::size_t budget) {
       // batch (keeps both processes copying at once when streaming).
       wake_peer_producer();
     }
+    // A borrower's request may be done: give it the loop back now. A sender that runs ahead
+    // keeps the ring from ever running empty, and the batch (unexpected messages, each copied
+    // into a fresh block) measured 10 ms before a broadcast's receiver saw its message.
+    if (reactor_.lent() ? reactor_.completion_noted() : reactor_.lend_requested()) break;
   }
   if (delivered != 0) wake_peer_producer();
   return delivered;

@@ -369,6 +369,8 @@ void tcp_transport::read_ready() {
     stats_.bytes_received += static_cast<std::size_t>(n);
     dispatch_frames();
     if (static_cast<std::size_t>(n) < space.size()) break;  // drained: no EAGAIN round trip
+    // A borrower's request may be done: what is left stays in the socket for its next turn.
+    if (reactor_.lent() && reactor_.completion_noted()) break;
   }
   if (state_ == state::open) flush_direct();  // the replies of the whole batch at once
 }

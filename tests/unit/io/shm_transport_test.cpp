@@ -18,6 +18,7 @@
 #include "io/errc.hpp"
 #include "io/shm_ring.hpp"
 #include "io/shm_segment.hpp"
+#include "tests/unit/io/reactor_test_support.hpp"
 #include "tests/unit/io/shm_test_support.hpp"
 
 namespace vessel::io {
@@ -237,6 +238,41 @@ TEST(shm_transport, full_ring_refuses_with_send_queue_full_then_on_writable_resu
     std::this_thread::sleep_for(1ms);
   }
   EXPECT_EQ(delivered.load(), accepted + 1);
+}
+
+TEST(shm_transport, a_borrowers_drain_stops_after_the_frame_that_completed_a_request) {
+  // Caller-driven progress: a caller borrows the loop to wait for one request while the peer
+  // streams. Its turn must give the loop back right after the frame that completed a request
+  // (reactor::note_completion), not after everything the peer sent meanwhile (measured: a
+  // broadcast's receiver saw its message 10 ms late, behind 188 others); the rest follows on its
+  // next turns, in order.
+  auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
+  side a, b;
+  b.r = std::make_unique<reactor>(testing::lendable(std::chrono::seconds{60}));
+  a.open(std::move(ca), small_config());
+  b.open(std::move(cb), small_config());
+  std::vector<std::uint64_t> seen;  // the loop's holder only: this thread, which borrows it
+  b.h.frame = [&](const wire::frame_header& h, std::span<const std::byte>) {
+    seen.push_back(h.seq);
+    if (h.seq == 2 || h.seq == 6) b.r->note_completion();
+  };
+  a.start();
+  const std::byte payload[16] = {};
+  shm_test::run_on(*a.r, [&] {  // ten frames wait in b's ring before anyone looks
+    for (std::uint64_t seq = 0; seq < 10; ++seq) {
+      ASSERT_TRUE(a.t->send_copy(shm_test::data_header(seq, sizeof payload), payload));
+    }
+  });
+  ASSERT_TRUE(b.r->borrow());
+  b.t->start();  // its first drain runs here, on the borrower's thread
+  EXPECT_EQ(seen, (std::vector<std::uint64_t>{0, 1, 2}));
+  EXPECT_TRUE(b.r->completion_noted());
+  b.r->borrowed_turn();
+  EXPECT_EQ(seen, (std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 6}));
+  b.r->borrowed_turn();
+  EXPECT_EQ(seen, (std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_FALSE(b.r->completion_noted()) << "cleared when a turn begins";
+  b.r->give_back(false);
 }
 
 TEST(shm_transport, orderly_close_reports_connection_closed_to_the_peer) {
