@@ -351,7 +351,7 @@ class runtime : private mesh_observer, private credit_sink {
   bool closing_ = false;
 
   // The loop's holder only (submit on a caller's thread holds it too).
-  static constexpr unsigned sends_per_turn = 8;
+  static constexpr unsigned sends_per_turn = 64;
   unsigned sends_since_turn_ = 0;
 
   // Waiters for a send block (the pool's available-callback wakes them).

@@ -105,9 +105,9 @@ TEST(send_progress, a_sender_whose_pool_runs_dry_takes_in_the_acks_that_refill_i
 
 TEST(send_progress, a_caller_that_only_sends_takes_in_acks_as_it_goes) {
   // 30 messages of 60000 bytes (within the link's window and the shm area: none waits), then
-  // small ones only. The link holds each big payload until rank 1 acks it, and rank 1 acks at the
-  // latest every 32 frames it receives, so a few dozen small sends bring that ack; only rank 0's
-  // own sends can take it in. Without that, the blocks stay held for good.
+  // small ones only. The link holds each big payload until rank 1 acks it; rank 1 acks at the
+  // latest every 32 frames it receives, and rank 0's sends take acks in at least every 64 of
+  // them (nobody else runs rank 0's loop): a hundred small sends or so release the blocks.
   constexpr std::uint32_t count = 30;
   constexpr std::uint32_t max_small = 5000;
   std::atomic<bool> all_received{false};
