@@ -351,8 +351,9 @@ class runtime : private mesh_observer, private credit_sink {
   bool closing_ = false;
 
   // The loop's holder only (submit on a caller's thread holds it too).
-  static constexpr unsigned sends_per_turn = 64;
-  unsigned sends_since_turn_ = 0;
+  static constexpr unsigned sends_per_turn = 8;
+  unsigned sends_since_turn_ = 0;   // submits since the loop last ran a turn
+  std::uint64_t turns_seen_ = 0;    // reactor::turns() when counting started
 
   // Waiters for a send block (the pool's available-callback wakes them).
   std::mutex block_mutex_;

@@ -34,12 +34,6 @@ constexpr unsigned fruitless_spin_limit = 4;
 
 void do_nothing(void*) noexcept {}
 
-// A borrower that asked the reactor thread for the loop spins this many pauses (a few µs: the
-// thread is awake and ends its turn), then sleeps until the thread lets go (park_while_lent wakes
-// it), or ask_nap passes, whichever first.
-constexpr unsigned ask_spins = 256;
-constexpr auto ask_nap = std::chrono::microseconds{200};
-
 void futex_wait_for(std::atomic<std::uint32_t>* word, std::uint32_t seen,
                     std::chrono::nanoseconds timeout) noexcept {
   timespec ts{static_cast<time_t>(timeout.count() / 1'000'000'000),
@@ -224,13 +218,6 @@ bool reactor::post(work_item item) noexcept {
       (state_.fetch_and(~sleeping_bit, std::memory_order_acq_rel) & sleeping_bit) != 0) {
     wake();
   }
-  if (holder_.load(std::memory_order_acquire) == loop_free) {
-    // Nobody holds the loop: its reactor thread is parked, lingering for a borrower that may not
-    // come back soon (a store reply, a CAF hand-off would wait out the linger). Wake it.
-    posted_while_free_.store(true, std::memory_order_release);
-    park_word_.fetch_add(1, std::memory_order_release);
-    futex_wake_all(&park_word_);
-  }
   return true;
 }
 
@@ -311,6 +298,7 @@ bool reactor::run_once(std::chrono::nanoseconds max_wait) {
 
 void reactor::turn(std::chrono::nanoseconds max_wait) {
   completed_ = false;
+  ++turns_;
   run_posted();
   if (!refused_.empty()) {
     std::vector<io_op*> batch;
@@ -479,7 +467,6 @@ void reactor::lent_loop() {
 void reactor::park_while_lent() {
   owner_.store(std::thread::id{}, std::memory_order_release);
   holder_.store(loop_free, std::memory_order_release);
-  futex_wake_all(&holder_);  // the borrower that asked sleeps on it (take_loop)
   const auto linger = std::chrono::duration_cast<std::chrono::nanoseconds>(config_.lend_linger);
   // The loop comes back after a whole nap with no give_back(linger) in it: one to two lingers
   // after the last one. Counting returns instead of stamping them keeps the clock (~25 ns a
@@ -492,8 +479,7 @@ void reactor::park_while_lent() {
     if (holder_.load(std::memory_order_acquire) == loop_free &&
         lend_requests_.load(std::memory_order_acquire) == 0) {
       if (stop_requested_.load(std::memory_order_acquire) || (returns & return_now_bit) != 0 ||
-          returns == returns_seen ||
-          posted_while_free_.exchange(false, std::memory_order_acq_rel)) {
+          returns == returns_seen) {
         std::uint32_t expected = loop_free;
         if (holder_.compare_exchange_strong(expected, loop_reactor, std::memory_order_acquire)) {
           break;
@@ -540,12 +526,12 @@ bool reactor::take_loop(bool ask_reactor_thread) noexcept {
         lend_requests_.fetch_sub(1, std::memory_order_acq_rel);
         return false;
       }
-      if (i < ask_spins) {
+      if ((i & 63) == 63) {
+        std::this_thread::yield();
+      } else {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
-      } else {
-        futex_wait_for(&holder_, loop_reactor, ask_nap);
       }
     }
     lend_requests_.fetch_sub(1, std::memory_order_acq_rel);

@@ -160,6 +160,8 @@ class reactor {
   /// instead of after everything the peer sent meanwhile. Cleared when the next turn begins.
   void note_completion() noexcept { completed_ = true; }
   bool completion_noted() const noexcept { return completed_; }
+  /// Turns run so far, by anyone (loop owner only).
+  std::uint64_t turns() const noexcept { return turns_; }
   /// A caller waits to borrow the loop from the reactor thread (any thread): long work on the
   /// reactor thread (a busy link's drain) stops early and leaves the rest to the borrower.
   bool lend_requested() const noexcept {
@@ -284,12 +286,12 @@ class reactor {
   static constexpr std::uint64_t return_now_bit = 1;
   std::atomic<std::uint64_t> returns_{0};
   std::atomic<std::uint32_t> park_word_{0};
-  std::atomic<bool> posted_while_free_{false};  // post() found nobody holding the loop
   std::atomic<bool> lending_allowed_{true};
   bool lent_ = false;                 // loop owner only
   unsigned lent_turns_ = 0;           // borrowed turns, to space out their timer checks
   std::uint64_t arrivals_ = 0;        // loop owner only (note_arrival)
   bool completed_ = false;            // loop owner only (note_completion)
+  std::uint64_t turns_ = 0;           // loop owner only
   std::vector<loop_poller*> pollers_;  // loop owner only
 
   // Adaptive busy-poll (config_.busy_poll): consecutive spins that found nothing; at the limit
