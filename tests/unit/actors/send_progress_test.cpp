@@ -4,12 +4,6 @@
 // Rank 0's reactor lingers a second before it takes its loop back (a millisecond by default):
 // only the sender's own progress makes them pass well within the bound below.
 
-#include <sys/socket.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +17,7 @@
 
 #include "actors/comm.hpp"
 #include "actors/runtime.hpp"
+#include "tests/integration/rank_launcher.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -31,18 +26,6 @@ using namespace std::chrono_literals;
 
 constexpr std::size_t message_bytes = 60000;  // one copied chunk: a 64 KiB block each
 constexpr auto parked = std::chrono::seconds{1};
-
-std::uint16_t free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::vector<std::byte> pattern(std::size_t n, std::uint32_t seed) {
   std::vector<std::byte> v(n);
@@ -55,7 +38,7 @@ std::vector<std::byte> pattern(std::size_t n, std::uint32_t seed) {
 /// reactor thread to take acks in needs a second per dry pool, 16 times here).
 void run_pair(const runtime_options& sender, const std::function<void(comm&)>& rank0,
               const std::function<void(comm&)>& rank1) {
-  const std::string store = "127.0.0.1:" + std::to_string(free_loopback_port());
+  const std::string store = "127.0.0.1:" + std::to_string(test::free_loopback_port());
   auto start = [&](std::uint32_t rank, runtime_options o, const std::function<void(comm&)>& fn) {
     comm c = comm::init(env_view::from_map({{"VESSEL_RANK", std::to_string(rank)},
                                             {"VESSEL_WORLD_SIZE", "2"},
