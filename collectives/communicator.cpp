@@ -574,11 +574,14 @@ void collective_engine::launch(collective_state& s) {
   auto emit = [this, &s](const send_step& step, std::span<const std::byte> bytes) {
     send_chunk(s, step, bytes);
   };
-  if (auto started = s.driver->start(emit); !started) {
-    fail(s, started.error());
-  } else if (!s.error && !s.driver->done()) {
+  // Receives go out before the first send: a sender may take in the peer's chunks on its own
+  // turn (runtime::submit), and a chunk with no receive posted is copied into a pool block and
+  // again into place (a 16 MiB allgather, 8 chunks sent back to back, measured 40 % slower).
+  auto post_receives = [this, &s] {
+    if (s.driver->done()) return;
     for (std::size_t i = 0; i < s.receive_slots; ++i) post_receive(s, i);
-  }
+  };
+  if (auto started = s.driver->start(emit, post_receives); !started) fail(s, started.error());
   (void)advance(s);
 }
 

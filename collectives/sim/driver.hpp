@@ -51,7 +51,16 @@ class step_driver {
 
   template <class Emit>
   result<void> start(Emit&& emit) {
+    return start(emit, [] {});
+  }
+
+  /// As start(emit), calling before_sends() once the algorithm has started (its landing places
+  /// are fixed) and before the first send: a driver over real links posts its receives there, so
+  /// that what the peers answer lands in place instead of waiting, copied, as unexpected.
+  template <class Emit, class BeforeSends>
+  result<void> start(Emit&& emit, BeforeSends&& before_sends) {
     VESSEL_TRY(algo_->start(buffers_, out_));
+    before_sends();
     VESSEL_TRY(emit_pending(emit));
     return reoffer(emit);  // chunks may arrive before start: the algorithm answers not_yet
   }

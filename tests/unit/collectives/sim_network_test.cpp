@@ -352,6 +352,30 @@ TEST(CollectivesStepDriver, KeepsAChunkFromARoundAheadAndOffersItAgain) {
   EXPECT_EQ(output, serial_reduce(all, dtype::int32, reduce_op::sum));
 }
 
+// A driver over real links posts its receives in before_sends: the landing places must be fixed
+// by then (start() fixed them), and no chunk may have gone out yet (a peer's answer would find
+// no receive and be copied twice).
+TEST(CollectivesStepDriver, BeforeSendsRunsOnceBetweenTheStartAndTheFirstSend) {
+  auto params = params_of(2, 1024, 1024);  // 4 KiB per rank, 1 KiB chunks
+  params.rank = 0;
+  ring_allgather algo(params);
+  bytes input(4096, std::byte{7}), output(8192);
+  step_driver<owned_payload> driver(algo, {input, output, {}});
+  std::size_t sends = 0, calls = 0, sends_before = 0;
+  std::span<std::byte> landing;
+  auto emit = [&](const send_step&, std::span<const std::byte>) { ++sends; };
+  ASSERT_TRUE(driver.start(emit, [&] {
+    ++calls;
+    sends_before = sends;
+    landing = algo.landing(1, 0, 0);  // rank 1's first chunk: its block of the output
+  }));
+  EXPECT_EQ(calls, 1u);
+  EXPECT_EQ(sends_before, 0u);
+  EXPECT_GT(sends, 0u);
+  ASSERT_EQ(landing.size(), 1024u);
+  EXPECT_EQ(landing.data(), output.data() + 4096);
+}
+
 TEST(CollectivesStepDriver, BrokenChunksAreProtocolViolations) {
   auto params = params_of(4, 100, 64);
   params.rank = 1;
