@@ -93,6 +93,10 @@ class step_driver {
     chunks_received_ = chunks_sent_ = bytes_sent_ = 0;
   }
 
+  /// Releases the chunks held for a later round (a collective that ended, failed, early);
+  /// the lists keep their capacity for rebind().
+  void drop_kept() noexcept { kept_.clear(); }
+
   bool done() const noexcept { return algo_->done(); }
 
   /// Chunks held back for a later round, oldest first (for hang reports).
