@@ -789,7 +789,10 @@ comm::~comm() {
 }
 
 comm comm::init() {
-  return init(actors::env_view::process(), actors::runtime_options::defaults());
+  // One rank per process: bound to a core of its own where the host's ranks fit (VESSEL_BIND).
+  actors::runtime_options options = actors::runtime_options::defaults();
+  options.bind = actors::cpu_binding::automatic;
+  return init(actors::env_view::process(), std::move(options));
 }
 
 comm comm::init(const actors::env_view& env, actors::runtime_options options) {

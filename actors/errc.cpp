@@ -60,6 +60,8 @@ class actors_error_category final : public std::error_category {
       case errc::mesh_protocol_error: return "peer broke the link protocol";
       case errc::bad_scheduler_override: return "unknown CAF scheduler";
       case errc::mesh_bad_split: return "split message: head not whole fragments, or sent to self";
+      case errc::bad_binding_override: return "unknown CPU binding";
+      case errc::cpu_binding_failed: return "cannot bind the process to a core";
     }
     return "unknown vessel.actors error";
   }

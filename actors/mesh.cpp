@@ -483,6 +483,7 @@ detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::millise
   std::vector<peer_address> addresses(config_.world_size);
   std::vector<std::string> records(config_.world_size);
   ranks_on_host_ = 1;
+  rank_on_host_ = 0;
   for (std::uint32_t p = 0; p < config_.world_size; ++p) {
     if (p == config_.self_rank) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -496,7 +497,10 @@ detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::millise
     std::string text(reinterpret_cast<const char*>(value.value().data()), value.value().size());
     auto parsed = m.parse_record(p, text);
     if (!parsed) return parsed.error();
-    if (parsed.value().same_host) ++ranks_on_host_;
+    if (parsed.value().same_host) {
+      ++ranks_on_host_;
+      if (p < config_.self_rank) ++rank_on_host_;
+    }
     addresses[p] = std::move(parsed.value());
     records[p] = std::move(text);
   }

@@ -255,6 +255,8 @@ class mesh {
   std::size_t fragment_bytes() const noexcept { return config_.fragment_bytes; }
   /// Once connect() has read every peer's record: the ranks on this host, this one included.
   std::uint32_t ranks_on_this_host() const noexcept { return ranks_on_host_; }
+  /// And this rank's place among them (0 for the lowest rank on the host).
+  std::uint32_t rank_on_this_host() const noexcept { return rank_on_host_; }
 
   /// Reactor thread only: the app is done with `bytes` of messages from `src` (any split of
   /// the bytes delivered, e.g. one call per message). Credit goes back to the sender only
@@ -304,6 +306,7 @@ class mesh {
   io::reactor& reactor_;
   mesh_config config_;
   std::uint32_t ranks_on_host_ = 1;  // connect() counts them
+  std::uint32_t rank_on_host_ = 0;   // and the ones below this rank
   mesh_observer& observer_;
   mesh_stats stats_;
   std::unique_ptr<impl> impl_;

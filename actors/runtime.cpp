@@ -318,6 +318,11 @@ detailed_result<void> runtime_options::apply_env(const env_view& env) {
     }
     yield_when_idle = *y == "1";
   }
+  if (auto b = env.get("VESSEL_BIND"); b && !b->empty()) {
+    auto parsed = parse_cpu_binding(*b);
+    if (!parsed) return parsed.error();
+    bind = parsed.value();
+  }
   return mesh.apply_env(env);
 }
 
@@ -463,9 +468,19 @@ detailed_result<void> runtime::boot(const env_view& env) {
     return connected.error();
   }
   const std::uint32_t on_host = mesh_->ranks_on_this_host();
-  const unsigned cpus = usable_cpus();
+  const unsigned cpus = usable_cpus();  // before binding: what the host's ranks share
   yield_when_idle_.store(options_.yield_when_idle.value_or(on_host > cpus),
                          std::memory_order_relaxed);
+  auto bound = bind_process(options_.bind, mesh_->rank_on_this_host(), on_host);
+  if (!bound) return bound.error();
+  if (bound.value().core >= 0) {
+    logger().info("rank {}: bound to core {} of {} (CPUs {}), rank {} of {} on this host "
+                  "(VESSEL_BIND={})",
+                  rank_, bound.value().core, bound.value().cores, bound.value().cpus,
+                  mesh_->rank_on_this_host(), on_host, to_string(options_.bind));
+  } else if (options_.bind != cpu_binding::none) {
+    logger().info("rank {}: not bound to a core: {}", rank_, bound.value().reason);
+  }
   logger().info("rank {}: every peer link is up (progress: {}; {} rank(s) on this host, {} CPU(s): "
                 "waiters {})",
                 rank_,

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "actors/bootstrap.hpp"
+#include "actors/cpu_binding.hpp"
 #include "actors/detailed_error.hpp"
 #include "actors/env.hpp"
 #include "actors/mesh.hpp"
@@ -182,6 +183,10 @@ struct runtime_options {
   /// waits for gets the core. Unset: on when this host runs more ranks than this process may
   /// use CPUs (oversubscribed), as Open MPI's mpi_yield_when_idle. VESSEL_YIELD_WHEN_IDLE=0|1.
   std::optional<bool> yield_when_idle;
+  /// Binds the process to one core once the ranks on this host are known (actors/cpu_binding):
+  /// none for a runtime made directly (tests run several ranks in one process), auto for a rank
+  /// process (comm::init()). VESSEL_BIND=auto|core|none.
+  cpu_binding bind = cpu_binding::none;
 
   /// Defaults for a rank: the mesh's receive pool gets a 4 MiB class (the largest message), not
   /// pre-faulted, since eight ranks of a test share one small machine; 64 MiB unexpected bound.
