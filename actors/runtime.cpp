@@ -601,6 +601,7 @@ bool runtime::enqueue(p2p_request& r, bool cancel) noexcept {
   {
     std::lock_guard lock{queue_mutex_};
     incoming_.push_back({&r, cancel});
+    queued_.store(true, std::memory_order_relaxed);
     if (!flush_posted_) flush_posted_ = wake = true;
   }
   if (!wake || reactor_->post(io::work_item{&runtime::flush_thunk, this})) return true;
@@ -610,6 +611,7 @@ bool runtime::enqueue(p2p_request& r, bool cancel) noexcept {
     if (!q.cancel && !q.request->done()) q.request->complete(comm_errc::shutting_down);
   }
   incoming_.clear();
+  queued_.store(false, std::memory_order_relaxed);
   flush_posted_ = false;
   return false;
 }
@@ -622,11 +624,18 @@ void runtime::submit(p2p_request& r) noexcept {
   // completions and pollers for it; a send is then done when submit returns. Given back
   // lingering, so that the wait that usually follows borrows it again at once.
   if (options_.caller_progress && reactor_ && reactor_->try_borrow()) {
-    {
-      std::lock_guard lock{queue_mutex_};
-      incoming_.push_back({&r, false});
+    // The borrow ordered us after the last holder's flush, so a clear flag means that what
+    // this thread queued before has run; another thread's concurrent submit has no order
+    // with ours to keep.
+    if (!queued_.load(std::memory_order_relaxed)) {
+      start_queued({&r, false});
+    } else {
+      {
+        std::lock_guard lock{queue_mutex_};
+        incoming_.push_back({&r, false});
+      }
+      flush();
     }
-    flush();
     // A caller that only sends (a stream, a broadcast's root) must still take in what comes
     // back, and nobody else would: the reactor thread stays parked while callers keep borrowing.
     // Acks release its send blocks (else it cycles through the whole pool, cold), and the room
@@ -698,24 +707,27 @@ void runtime::flush() noexcept {
   {
     std::lock_guard lock{queue_mutex_};
     draining_.swap(incoming_);
+    queued_.store(false, std::memory_order_relaxed);
     flush_posted_ = false;
   }
-  for (const queued& q : draining_) {
-    p2p_request& r = *q.request;
-    if (closing_) {
-      if (!q.cancel && !r.done()) r.complete(comm_errc::shutting_down);
-      if (q.cancel) ack_cancel(r);
-      continue;
-    }
-    if (q.cancel) {
-      if (cancel_receive(r)) ack_cancel(r);
-    } else if (r.what == p2p_request::kind::send) {
-      start_send(r);
-    } else {
-      start_receive(r);
-    }
-  }
+  for (const queued& q : draining_) start_queued(q);
   draining_.clear();
+}
+
+void runtime::start_queued(const queued& q) noexcept {
+  p2p_request& r = *q.request;
+  if (closing_) {
+    if (!q.cancel && !r.done()) r.complete(comm_errc::shutting_down);
+    if (q.cancel) ack_cancel(r);
+    return;
+  }
+  if (q.cancel) {
+    if (cancel_receive(r)) ack_cancel(r);
+  } else if (r.what == p2p_request::kind::send) {
+    start_send(r);
+  } else {
+    start_receive(r);
+  }
 }
 
 void runtime::start_send(p2p_request& r) {

@@ -295,6 +295,8 @@ class runtime : private mesh_observer, private credit_sink {
   bool enqueue(p2p_request& r, bool cancel) noexcept;
   static void flush_thunk(void* self) noexcept;
   void flush() noexcept;
+  /// Loop holder only: runs one queued entry (a send, a receive or a cancel).
+  void start_queued(const queued& q) noexcept;
   void start_send(p2p_request& r);
   void start_receive(p2p_request& r);
   /// Claims the message now arriving from r's source for `r`, if `r` is the receive it would
@@ -346,6 +348,10 @@ class runtime : private mesh_observer, private credit_sink {
   std::vector<queued> incoming_;
   std::vector<queued> draining_;  // reactor thread
   bool flush_posted_ = false;
+  // incoming_ is not empty. Set under the mutex; read without it by a submit that holds the
+  // loop: with nothing queued it starts its request at once, taking no lock (an 8-byte
+  // exchange locks and unlocks the queue four times otherwise).
+  std::atomic<bool> queued_{false};
 
   // Reactor thread only.
   std::vector<std::deque<p2p_request*>> backlog_;  // per peer: sends the link pushed back
