@@ -53,10 +53,24 @@ result<receive_status> tree_broadcast::on_receive(std::uint32_t peer, std::uint3
   }
   const byte_range range = layout_.at(chunk);
   if (data.size() != range.bytes) return protocol_violation();
-  wire::copy_bytes(buffers_.output.data() + range.offset, data.data(), range.bytes);
+  std::byte* place = buffers_.output.data() + range.offset;
+  if (data.data() != place) wire::copy_bytes(place, data.data(), range.bytes);  // else landed
   ++received_;
   forward(chunk, buffer_id::output, out);
   return receive_status::consumed;
+}
+
+std::span<std::byte> tree_broadcast::landing(std::uint32_t peer, std::uint32_t step,
+                                             std::uint32_t chunk) const noexcept {
+  // Each chunk comes once, from the parent, in order, and on_receive takes it whenever it comes
+  // (never not_yet once started); nothing reads its place in output before it is there (it is
+  // forwarded from there afterwards). Reads only what start() fixed.
+  if (params_.rank == params_.root || peer != parent_ || step != 0 || chunk >= layout_.count()) {
+    return {};
+  }
+  const byte_range range = layout_.at(chunk);
+  if (range.bytes == 0 || range.offset + range.bytes > buffers_.output.size()) return {};
+  return buffers_.output.subspan(range.offset, range.bytes);
 }
 
 bool tree_broadcast::done() const noexcept {

@@ -23,6 +23,9 @@ class tree_broadcast : public algorithm {
   result<receive_status> on_receive(std::uint32_t peer, std::uint32_t step, std::uint32_t chunk,
                                     std::span<const std::byte> data,
                                     std::vector<send_step>& out) override;
+  /// Chunk c from the parent: its place in output (received there, no copy out of a block).
+  std::span<std::byte> landing(std::uint32_t peer, std::uint32_t step,
+                               std::uint32_t chunk) const noexcept override;
   bool done() const noexcept override;
   std::uint32_t waiting_for(std::vector<std::uint32_t>& peers) const override;
 
