@@ -30,7 +30,13 @@ result<void> tree_broadcast::start(const algorithm_buffers& buffers, std::vector
   if (!layout_.fits_chunk_field()) return errc::invalid_argument;
   buffers_ = buffers;
   started_ = true;
-  if (!root) return outcome::success();
+  rendezvous_ = total >= rendezvous_bytes && params_.size > 1;
+  for (std::size_t i = 0; i < child_count_; ++i) child_ready_[i] = !rendezvous_;
+  children_ready_ = rendezvous_ ? 0 : child_count_;
+  if (!root) {
+    if (rendezvous_) out.push_back({parent_, ready_step, 0, buffer_id::output, 0, 0});
+    return outcome::success();
+  }
 
   // The root sends from input (nothing to wait for) and keeps its own copy in output.
   if (total != 0 && buffers.input.data() != buffers.output.data()) {
@@ -46,9 +52,18 @@ result<receive_status> tree_broadcast::on_receive(std::uint32_t peer, std::uint3
                                                   std::span<const std::byte> data,
                                                   std::vector<send_step>& out) {
   if (!started_) return receive_status::not_yet;
+  if (step == ready_step) {  // a child, once, before anything is sent to it
+    for (std::size_t i = 0; i < child_count_; ++i) {
+      if (children_[i] != peer) continue;
+      if (!rendezvous_ || child_ready_[i] || chunk != 0 || !data.empty()) break;
+      VESSEL_TRY(on_ready(i, out));
+      return receive_status::consumed;
+    }
+    return protocol_violation();
+  }
   // Only the parent sends, once per chunk, in order: anything else is a broken peer.
-  if (params_.rank == params_.root || peer != parent_ || step != 0 || chunk != received_ ||
-      chunk >= layout_.count()) {
+  if (params_.rank == params_.root || peer != parent_ || step != data_step ||
+      chunk != received_ || chunk >= layout_.count()) {
     return protocol_violation();
   }
   const byte_range range = layout_.at(chunk);
@@ -65,7 +80,8 @@ std::span<std::byte> tree_broadcast::landing(std::uint32_t peer, std::uint32_t s
   // Each chunk comes once, from the parent, in order, and on_receive takes it whenever it comes
   // (never not_yet once started); nothing reads its place in output before it is there (it is
   // forwarded from there afterwards). Reads only what start() fixed.
-  if (params_.rank == params_.root || peer != parent_ || step != 0 || chunk >= layout_.count()) {
+  if (params_.rank == params_.root || peer != parent_ || step != data_step ||
+      chunk >= layout_.count()) {
     return {};
   }
   const byte_range range = layout_.at(chunk);
@@ -74,20 +90,41 @@ std::span<std::byte> tree_broadcast::landing(std::uint32_t peer, std::uint32_t s
 }
 
 bool tree_broadcast::done() const noexcept {
-  return started_ && received_ == layout_.count();
+  return started_ && received_ == layout_.count() && children_ready_ == child_count_;
 }
 
 std::uint32_t tree_broadcast::waiting_for(std::vector<std::uint32_t>& peers) const {
-  if (started_ && !done()) peers.push_back(parent_);
+  if (!started_ || done()) return 0;
+  if (received_ != layout_.count()) peers.push_back(parent_);
+  for (std::size_t i = 0; i < child_count_; ++i) {
+    if (!child_ready_[i]) peers.push_back(children_[i]);
+  }
   return 0;
+}
+
+buffer_id tree_broadcast::source() const noexcept {
+  // The root sends from input; everyone else forwards what arrived in output.
+  return params_.rank == params_.root ? buffer_id::input : buffer_id::output;
 }
 
 void tree_broadcast::forward(std::size_t chunk, buffer_id from, std::vector<send_step>& out) const {
   const byte_range range = layout_.at(chunk);
   for (std::size_t i = 0; i < child_count_; ++i) {
-    out.push_back(
-        {children_[i], 0, static_cast<std::uint32_t>(chunk), from, range.offset, range.bytes});
+    if (!child_ready_[i]) continue;  // it gets the chunk once it is ready (on_ready)
+    out.push_back({children_[i], data_step, static_cast<std::uint32_t>(chunk), from, range.offset,
+                   range.bytes});
   }
+}
+
+result<void> tree_broadcast::on_ready(std::size_t child, std::vector<send_step>& out) {
+  child_ready_[child] = true;
+  ++children_ready_;
+  for (std::size_t c = 0; c < received_; ++c) {
+    const byte_range range = layout_.at(c);
+    out.push_back({children_[child], data_step, static_cast<std::uint32_t>(c), source(),
+                   range.offset, range.bytes});
+  }
+  return outcome::success();
 }
 
 }  // namespace vessel::collectives

@@ -214,11 +214,14 @@ TEST(alpha_beta_cost, tree_algorithms_take_their_depth_in_hops) {
 
 TEST(alpha_beta_cost, chain_broadcast_pipelines_chunks_so_latency_overlaps) {
   // Chunk j reaches rank m at m * alpha + (m + j) * c * beta: (p - 1) alphas, (p + k - 2) chunks.
+  // From rendezvous_bytes one alpha more: every child's "ready" travels at once, before any chunk.
   const std::size_t c = 4096;
   for (std::uint32_t p : {2u, 7u, 64u}) {
     for (std::size_t k : {1u, 16u}) {
       const algorithm_params params{0, p, 1 % p, k * c / 4, dtype::float32, reduce_op::sum, c};
-      const double want = (p - 1) * alpha + static_cast<double>(p + k - 2) * c * beta;
+      const double handshake = k * c >= tree_broadcast::rendezvous_bytes ? alpha : 0.0;
+      const double want =
+          handshake + (p - 1) * alpha + static_cast<double>(p + k - 2) * c * beta;
       EXPECT_NEAR(modelled(make<chain_broadcast>(), params, k * c, k * c), want, 1e-12)
           << "p=" << p << " k=" << k;
     }
