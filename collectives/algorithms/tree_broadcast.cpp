@@ -112,7 +112,7 @@ void tree_broadcast::forward(std::size_t chunk, buffer_id from, std::vector<send
   for (std::size_t i = 0; i < child_count_; ++i) {
     if (!child_ready_[i]) continue;  // it gets the chunk once it is ready (on_ready)
     out.push_back({children_[i], data_step, static_cast<std::uint32_t>(chunk), from, range.offset,
-                   range.bytes});
+                   range.bytes, /*lendable=*/true});
   }
 }
 
@@ -122,7 +122,7 @@ result<void> tree_broadcast::on_ready(std::size_t child, std::vector<send_step>&
   for (std::size_t c = 0; c < received_; ++c) {
     const byte_range range = layout_.at(c);
     out.push_back({children_[child], data_step, static_cast<std::uint32_t>(c), source(),
-                   range.offset, range.bytes});
+                   range.offset, range.bytes, /*lendable=*/true});
   }
   return outcome::success();
 }
