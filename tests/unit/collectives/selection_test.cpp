@@ -174,8 +174,8 @@ TEST(CollectivesSelection, MeasuredTableComesBeforeTheModel) {
 TEST(CollectivesSelection, DefaultTableUsesTheMeasuredThresholdsOnTwoAndFourRanks) {
   const algorithm_selector selector;
   const std::size_t kib = 1024;
-  EXPECT_EQ(pick(selector, collective_op::allreduce, 2, 512 * kib), "recursive_doubling");
-  EXPECT_EQ(pick(selector, collective_op::allreduce, 2, 512 * kib + 1), "ring");
+  EXPECT_EQ(pick(selector, collective_op::allreduce, 2, 32 * kib), "recursive_doubling");
+  EXPECT_EQ(pick(selector, collective_op::allreduce, 2, 32 * kib + 1), "ring");
   EXPECT_EQ(pick(selector, collective_op::allreduce, 4, 256 * kib), "recursive_doubling");
   EXPECT_EQ(pick(selector, collective_op::allreduce, 4, 256 * kib + 1), "ring");
   EXPECT_EQ(pick(selector, collective_op::broadcast, 2, 8), "chain");
