@@ -166,9 +166,10 @@ std::span<const selection_rule> measured_rules() noexcept {
       // chunks since, is ahead from 64 KiB on both transports (64-512 KiB: 0.76-0.94x the time).
       {op::allreduce, 2, 2, 32 * kib, "recursive_doubling"},
       {op::allreduce, 2, 2, SIZE_MAX, "ring"},
-      {op::allreduce, 4, 4, 256 * kib, "recursive_doubling"},
-      // The ring since it lends its chunks (2026-11-30): ahead of Rabenseifner from 512 KiB on
-      // both transports, and over shm from 256 KiB.
+      // 4 ranks (2026-12-01, 5 rounds): over shm the ring is ahead from 16 KiB (64-256 KiB at
+      // 0.56x recursive doubling's time); over TCP recursive doubling leads at 16 KiB,
+      // Rabenseifner at 64 KiB (the ring 1.14x its time), the ring from 128 KiB.
+      {op::allreduce, 4, 4, 32 * kib, "recursive_doubling"},
       {op::allreduce, 4, 4, SIZE_MAX, "ring"},
       {op::broadcast, 2, 2, SIZE_MAX, "chain"},  // pipelined chunks beat one whole message
       {op::broadcast, 4, 4, 1 * mib, "binomial"},

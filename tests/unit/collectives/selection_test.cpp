@@ -176,8 +176,8 @@ TEST(CollectivesSelection, DefaultTableUsesTheMeasuredThresholdsOnTwoAndFourRank
   const std::size_t kib = 1024;
   EXPECT_EQ(pick(selector, collective_op::allreduce, 2, 32 * kib), "recursive_doubling");
   EXPECT_EQ(pick(selector, collective_op::allreduce, 2, 32 * kib + 1), "ring");
-  EXPECT_EQ(pick(selector, collective_op::allreduce, 4, 256 * kib), "recursive_doubling");
-  EXPECT_EQ(pick(selector, collective_op::allreduce, 4, 256 * kib + 1), "ring");
+  EXPECT_EQ(pick(selector, collective_op::allreduce, 4, 32 * kib), "recursive_doubling");
+  EXPECT_EQ(pick(selector, collective_op::allreduce, 4, 32 * kib + 1), "ring");
   EXPECT_EQ(pick(selector, collective_op::broadcast, 2, 8), "chain");
   EXPECT_EQ(pick(selector, collective_op::broadcast, 4, 1024 * kib), "binomial");
   EXPECT_EQ(pick(selector, collective_op::broadcast, 4, 1024 * kib + 1), "chain");
