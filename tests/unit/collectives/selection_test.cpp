@@ -179,8 +179,8 @@ TEST(CollectivesSelection, DefaultTableUsesTheMeasuredThresholdsOnTwoAndFourRank
   EXPECT_EQ(pick(selector, collective_op::allreduce, 4, 32 * kib), "recursive_doubling");
   EXPECT_EQ(pick(selector, collective_op::allreduce, 4, 32 * kib + 1), "ring");
   EXPECT_EQ(pick(selector, collective_op::broadcast, 2, 8), "chain");
-  EXPECT_EQ(pick(selector, collective_op::broadcast, 4, 1024 * kib), "binomial");
-  EXPECT_EQ(pick(selector, collective_op::broadcast, 4, 1024 * kib + 1), "chain");
+  EXPECT_EQ(pick(selector, collective_op::broadcast, 4, 16 * 1024 * kib), "binomial");
+  EXPECT_EQ(pick(selector, collective_op::broadcast, 4, 16 * 1024 * kib + 1), "chain");
   EXPECT_EQ(pick(selector, collective_op::allgather, 4, 8), "ring");
   // Worlds that were not measured still follow the model.
   const algorithm_selector model = algorithm_selector::model_only();
