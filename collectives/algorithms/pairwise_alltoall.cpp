@@ -76,11 +76,25 @@ result<receive_status> pairwise_alltoall::on_receive(std::uint32_t peer, std::ui
   if (data.size() != range.bytes) return protocol_violation();
   // In place, the block's region still holds what we send to that peer until our round with it.
   if (in_place_ && step > round_) return receive_status::not_yet;
-  wire::copy_bytes(buffers_.output.data() + std::size_t{peer} * block_ + range.offset, data.data(),
-              range.bytes);
+  std::byte* place = buffers_.output.data() + std::size_t{peer} * block_ + range.offset;
+  if (data.data() != place) wire::copy_bytes(place, data.data(), range.bytes);  // else landed
   ++received_[peer];
   advance(out);
   return receive_status::consumed;
+}
+
+std::span<std::byte> pairwise_alltoall::landing(std::uint32_t peer, std::uint32_t step,
+                                                std::uint32_t chunk) const noexcept {
+  // Not in place, every chunk is taken whenever it comes (never not_yet) and its place is
+  // written by nothing else. Reads only what start() fixed.
+  if (!started_ || in_place_ || peer >= params_.size || peer == params_.rank ||
+      step != round_of(peer) || chunk >= layout_.count()) {
+    return {};
+  }
+  const byte_range range = layout_.at(chunk);
+  const std::size_t offset = std::size_t{peer} * block_ + range.offset;
+  if (range.bytes == 0 || offset + range.bytes > buffers_.output.size()) return {};
+  return buffers_.output.subspan(offset, range.bytes);
 }
 
 std::uint32_t pairwise_alltoall::send_to(std::uint32_t round) const noexcept {
@@ -128,8 +142,9 @@ void pairwise_alltoall::send_round(std::vector<send_step>& out) const {
   if (to == params_.rank) return;  // the idle round of the symmetric pairing
   for (std::size_t c = 0; c < layout_.count(); ++c) {
     const byte_range range = layout_.at(c);
+    // From input (not in place) the bytes are never written: they may go out lent.
     out.push_back({to, round_, static_cast<std::uint32_t>(c), send_buffer_,
-                   std::size_t{to} * block_ + range.offset, range.bytes});
+                   std::size_t{to} * block_ + range.offset, range.bytes, !in_place_});
   }
 }
 

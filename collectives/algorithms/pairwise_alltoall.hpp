@@ -32,6 +32,10 @@ class pairwise_alltoall final : public algorithm {
   result<receive_status> on_receive(std::uint32_t peer, std::uint32_t step, std::uint32_t chunk,
                                     std::span<const std::byte> data,
                                     std::vector<send_step>& out) override;
+  /// Not in place: a peer's chunk has its place in output's block for that peer (in place the
+  /// region still holds what we send there until our round with it, so nothing lands).
+  std::span<std::byte> landing(std::uint32_t peer, std::uint32_t step,
+                               std::uint32_t chunk) const noexcept override;
   bool done() const noexcept override { return started_ && round_ == rounds_; }
   std::uint32_t waiting_for(std::vector<std::uint32_t>& peers) const override;
 

@@ -85,8 +85,10 @@ std::string describe(const block_case& c, std::uint64_t seed) {
       .GetString();
 }
 
-/// Returns the chunks answered not_yet (in place, a block a round early waits).
-std::size_t check_alltoall(const block_case& c, std::uint64_t seed) {
+/// Returns the chunks answered not_yet (in place, a block a round early waits). With `landed`,
+/// chunks land where the receiver names a place (algorithm::landing) and it counts them.
+std::size_t check_alltoall(const block_case& c, std::uint64_t seed,
+                           std::size_t* landed = nullptr) {
   SCOPED_TRACE(describe(c, seed));
   std::mt19937_64 random(seed);
   const std::size_t block = c.count * 4;
@@ -105,8 +107,10 @@ std::size_t check_alltoall(const block_case& c, std::uint64_t seed) {
   loop_network net(make_ranks<pairwise_alltoall>(
                        {0, c.size, 0, c.count, dtype::int32, reduce_op::sum, c.chunk_bytes}),
                    std::move(buffers), seed);
+  net.land_chunks(landed != nullptr);
   const auto e = net.run();
   EXPECT_FALSE(e) << e.message();
+  if (landed != nullptr) *landed += net.landed();
   EXPECT_TRUE(net.quiet());
   EXPECT_TRUE(net.all_done());
   for (std::uint32_t r = 0; r < c.size; ++r) {
@@ -143,6 +147,18 @@ TEST(pairwise_alltoall, random_interleavings_give_the_same_result) {
     }
   }
   EXPECT_GT(waited, 0u) << "the interleavings never brought a block a round early";
+}
+
+TEST(pairwise_alltoall, out_of_place_chunks_land_in_the_output_and_in_place_ones_never) {
+  for (std::uint32_t p : {2u, 3u, 5u, 8u}) {
+    std::size_t out_of_place = 0, in_place = 0;
+    for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+      check_alltoall({p, 0, 5, 8, false}, seed, &out_of_place);
+      check_alltoall({p, 0, 5, 8, true}, seed, &in_place);
+    }
+    EXPECT_GT(out_of_place, 0u) << "p=" << p;
+    EXPECT_EQ(in_place, 0u) << "p=" << p << ": in place, a block's region is still to be sent";
+  }
 }
 
 TEST(pairwise_alltoall, one_partner_per_round_so_the_first_sends_go_to_one_peer) {
