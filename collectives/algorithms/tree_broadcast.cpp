@@ -42,7 +42,7 @@ result<void> tree_broadcast::start(const algorithm_buffers& buffers, std::vector
   if (total != 0 && buffers.input.data() != buffers.output.data()) {
     std::memmove(buffers.output.data(), buffers.input.data(), total);
   }
-  for (std::size_t c = 0; c < layout_.count(); ++c) forward(c, buffer_id::input, out);
+  for (std::size_t c = 0; c < layout_.count(); ++c) forward(c, out);
   received_ = layout_.count();
   return outcome::success();
 }
@@ -56,7 +56,7 @@ result<receive_status> tree_broadcast::on_receive(std::uint32_t peer, std::uint3
     for (std::size_t i = 0; i < child_count_; ++i) {
       if (children_[i] != peer) continue;
       if (!rendezvous_ || child_ready_[i] || chunk != 0 || !data.empty()) break;
-      VESSEL_TRY(on_ready(i, out));
+      on_ready(i, out);
       return receive_status::consumed;
     }
     return protocol_violation();
@@ -71,7 +71,7 @@ result<receive_status> tree_broadcast::on_receive(std::uint32_t peer, std::uint3
   std::byte* place = buffers_.output.data() + range.offset;
   if (data.data() != place) wire::copy_bytes(place, data.data(), range.bytes);  // else landed
   ++received_;
-  forward(chunk, buffer_id::output, out);
+  forward(chunk, out);
   return receive_status::consumed;
 }
 
@@ -103,28 +103,26 @@ std::uint32_t tree_broadcast::waiting_for(std::vector<std::uint32_t>& peers) con
 }
 
 buffer_id tree_broadcast::source() const noexcept {
-  // The root sends from input; everyone else forwards what arrived in output.
   return params_.rank == params_.root ? buffer_id::input : buffer_id::output;
 }
 
-void tree_broadcast::forward(std::size_t chunk, buffer_id from, std::vector<send_step>& out) const {
+void tree_broadcast::send_chunk(std::size_t child, std::size_t chunk,
+                                std::vector<send_step>& out) const {
   const byte_range range = layout_.at(chunk);
+  out.push_back({children_[child], data_step, static_cast<std::uint32_t>(chunk), source(),
+                 range.offset, range.bytes, /*lendable=*/true});
+}
+
+void tree_broadcast::forward(std::size_t chunk, std::vector<send_step>& out) const {
   for (std::size_t i = 0; i < child_count_; ++i) {
-    if (!child_ready_[i]) continue;  // it gets the chunk once it is ready (on_ready)
-    out.push_back({children_[i], data_step, static_cast<std::uint32_t>(chunk), from, range.offset,
-                   range.bytes, /*lendable=*/true});
+    if (child_ready_[i]) send_chunk(i, chunk, out);  // else it gets it once ready (on_ready)
   }
 }
 
-result<void> tree_broadcast::on_ready(std::size_t child, std::vector<send_step>& out) {
+void tree_broadcast::on_ready(std::size_t child, std::vector<send_step>& out) {
   child_ready_[child] = true;
   ++children_ready_;
-  for (std::size_t c = 0; c < received_; ++c) {
-    const byte_range range = layout_.at(c);
-    out.push_back({children_[child], data_step, static_cast<std::uint32_t>(c), source(),
-                   range.offset, range.bytes, /*lendable=*/true});
-  }
-  return outcome::success();
+  for (std::size_t c = 0; c < received_; ++c) send_chunk(child, c, out);
 }
 
 }  // namespace vessel::collectives

@@ -49,10 +49,13 @@ class tree_broadcast : public algorithm {
   const algorithm_params params_;
 
  private:
+  /// Chunk `chunk` to child i, lent, from source().
+  void send_chunk(std::size_t child, std::size_t chunk, std::vector<send_step>& out) const;
   /// Chunk `chunk` to every child that said it is ready (all of them below rendezvous_bytes).
-  void forward(std::size_t chunk, buffer_id from, std::vector<send_step>& out) const;
+  void forward(std::size_t chunk, std::vector<send_step>& out) const;
   /// Child i is ready: what it has missed so far goes out.
-  result<void> on_ready(std::size_t child, std::vector<send_step>& out);
+  void on_ready(std::size_t child, std::vector<send_step>& out);
+  /// The root sends from input; everyone else forwards what arrived in output.
   buffer_id source() const noexcept;
 
   std::uint32_t parent_ = 0;
