@@ -46,6 +46,7 @@
 #include "io/buffer.hpp"
 #include "io/buffer_pool.hpp"
 #include "io/shm_connector.hpp"
+#include "wire/reassembler.hpp"
 #include "wire/result.hpp"
 
 namespace vessel::io {
@@ -81,9 +82,12 @@ struct message_start {
 
 /// Where a message's bytes go instead of a block of the mesh's pool: its first head.size() bytes
 /// into `head`, the rest into `body` (together at least the message's length). Empty: the pool.
+/// With `combine`, the body's bytes are folded into `body` as they arrive instead of copied (a
+/// chunk reduced as it lands: wire::body_combiner).
 struct message_destination {
   std::span<std::byte> head;
   std::span<std::byte> body;
+  wire::body_combiner combine;
   bool empty() const noexcept { return head.data() == nullptr && body.data() == nullptr; }
 };
 
@@ -139,6 +143,8 @@ struct peer_link_stats {
   std::uint64_t would_block = 0;        ///< send() calls pushed back
   std::uint64_t duplicates = 0;         ///< frames dropped as already received
   std::uint64_t received_in_place = 0;  ///< data frames the transport received into place
+  std::uint64_t combined_on_arrival = 0;  ///< messages folded into place as they arrived
+                                         ///< (message_destination::combine: reduced chunks)
   std::uint64_t reconnects = 0;         ///< connections after the first (same incarnation)
   std::uint64_t restarts = 0;           ///< new incarnations of the peer seen
   std::uint64_t heartbeats_sent = 0;

@@ -296,8 +296,9 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
                      ? reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
                                           reassembly_block_.bytes())
                      : reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
-                                          landing.head, landing.body);
+                                          landing.head, landing.body, landing.combine);
     if (!begun) return fail(begun.error(), "bad message layout");
+    if (landing.combine) ++stats_.combined_on_arrival;
     in_progress_charged_ = 0;
   } else if (!reassembler_.active() || reassembler_.message_id() != data.message_id) {
     return fail(make_error_code(errc::mesh_protocol_error), "fragment of no message in progress");
@@ -337,7 +338,8 @@ std::optional<message_start> peer_link::in_progress() const {
 }
 
 bool peer_link::divert(std::uint64_t message_id, const message_destination& into) {
-  if (!in_progress() || reassembler_.message_id() != message_id) return false;
+  // What arrived is in a pool block; a combined body needs it folded, not copied over.
+  if (into.combine || !in_progress() || reassembler_.message_id() != message_id) return false;
   if (!reassembler_.retarget(into.head, into.body)) return false;
   // The block stays until the message completes: a transport may be receiving a fragment's
   // payload into it right now (payload_destination), and accept() copies that one over.

@@ -808,7 +808,7 @@ bool runtime::land_in_progress(p2p_request& r) {
   // Only if this receive is the one the message would complete.
   const auto fit = matcher_->oldest_fit(m->src, m->tag);
   if (!fit || fit->id != r.receive_) return false;
-  if (!mesh_->divert(m->src, m->message_id, {std::span{r.head}.first(r.head_bytes), r.into})) {
+  if (!mesh_->divert(m->src, m->message_id, {std::span{r.head}.first(r.head_bytes), r.into, {}})) {
     return false;
   }
   matcher_->claim(fit->id);
@@ -885,9 +885,13 @@ message_destination runtime::on_message_begin(const message_start& m) {
   auto& r = *reinterpret_cast<p2p_request*>(static_cast<std::uintptr_t>(fit->cookie));
   if (!r.lands || claimed_[m.src] != nullptr) return {};
   std::span<std::byte> into = r.into;
+  wire::body_combiner combine;
   if (r.locate != nullptr) {
     if (m.first_fragment.size() < r.head_bytes) return {};
-    into = r.locate(r.locate_ctx, m.src, m.first_fragment.first(r.head_bytes));
+    const p2p_request::location where =
+        r.locate(r.locate_ctx, m.src, m.first_fragment.first(r.head_bytes));
+    into = where.into;
+    combine = where.combine;
     if (into.data() == nullptr || m.length != r.head_bytes + into.size()) return {};
   } else if (m.length > r.head_bytes + into.size()) {
     return {};
@@ -897,7 +901,7 @@ message_destination runtime::on_message_begin(const message_start& m) {
   unlink_pending(r);
   r.claimed_ = true;
   claimed_[m.src] = &r;
-  return {std::span{r.head}.first(r.head_bytes), r.into};
+  return {std::span{r.head}.first(r.head_bytes), r.into, combine};
 }
 
 void runtime::on_message_abandoned(std::uint32_t src, std::uint64_t message_id, bool final) {

@@ -69,12 +69,19 @@ class p2p_request {
   /// in `payload` as with make_receive. `into` must stay valid until done().
   static void make_receive_into(p2p_request& r, std::uint32_t source, std::uint64_t tag,
                                 std::size_t head_bytes, std::span<std::byte> into) noexcept;
+  /// Where a located message's bytes after its head go: `into`, or a block of the pool when it
+  /// is empty; with `combine`, folded into `into` as they arrive instead of copied
+  /// (wire::body_combiner: a collective's chunk reduced as it lands).
+  struct location {
+    std::span<std::byte> into;
+    wire::body_combiner combine;
+  };
   /// Where a message goes, asked when it begins to arrive (make_receive_located): called on the
   /// thread running the reactor's loop with the message's source and its first head_bytes
   /// bytes; returns memory for the rest (exactly the message's length less the head: the
-  /// message then lands there and `into` names it), or an empty span for a block of the pool.
-  using locate_fn = std::span<std::byte> (*)(const void* ctx, std::uint32_t source,
-                                             std::span<const std::byte> head) noexcept;
+  /// message then lands there and `into` names it), or an empty location for the pool.
+  using locate_fn = location (*)(const void* ctx, std::uint32_t source,
+                                 std::span<const std::byte> head) noexcept;
   /// As make_receive_into, with the destination chosen per message by `locate(ctx, ...)`: a
   /// receive for any of several messages whose place depends on what they say (a collective's
   /// chunks, whose header names their step). `ctx` must stay valid until done().

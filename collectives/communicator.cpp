@@ -16,6 +16,7 @@
 #include "actors/runtime.hpp"
 #include "collectives/algorithms/factory.hpp"
 #include "collectives/errc.hpp"
+#include "collectives/reduce.hpp"
 #include "collectives/sim/driver.hpp"
 #include "collectives/trace_recorder.hpp"
 #include "io/log.hpp"
@@ -120,6 +121,9 @@ struct collective_state {
   // What a retry after a member's restart starts again from (communicator.hpp, "Restarts").
   algorithm_params params;
   algorithm_buffers buffers;  // input: kept_input for in-place calls when retrying
+  // Chunks may be reduced as they land: every fragment boundary falls on an element (the
+  // fragments' bytes and the chunk header are multiples of every element size).
+  bool reduce_on_landing = false;
   std::vector<std::byte> kept_input;
   std::uint64_t epoch = 0;  // the attempt it runs under (the tag's attempt bits)
   std::uint32_t attempts = 1;
@@ -164,6 +168,7 @@ struct collective_state {
     comm_id = 0;
     sequence = tag = epoch = 0;
     params = {};
+    reduce_on_landing = false;
     buffers = {};
     kept_input.clear();
     attempts = 1;
@@ -330,16 +335,32 @@ std::string collective_request::detail() const {
 
 namespace {
 
+/// wire::body_combiner for a chunk reduced as it lands: ctx is the collective's params. The
+/// algorithm checked type and op at start(), and runs come whole elements (reduce_on_landing).
+void reduce_arriving(const void* ctx, std::byte* dst, const std::byte* operand,
+                     const std::byte* arriving, std::size_t n) noexcept {
+  const auto& params = *static_cast<const algorithm_params*>(ctx);
+  (void)reduce_to({dst, n}, {operand, n}, {arriving, n}, params.type, params.op);
+}
+
 /// Where a chunk arriving for `ctx` (a collective_state) goes: the algorithm's landing place, or a
 /// pool block. On the thread running the reactor's loop; reads only what stays fixed while
 /// receives are posted (the group, the algorithm).
-std::span<std::byte> locate_chunk(const void* ctx, std::uint32_t source,
-                                  std::span<const std::byte> head) noexcept {
+actors::p2p_request::location locate_chunk(const void* ctx, std::uint32_t source,
+                                           std::span<const std::byte> head) noexcept {
   const auto& s = *static_cast<const collective_state*>(ctx);
   if (s.algo == nullptr || source >= s.group->index_of.size()) return {};
   const std::uint32_t from = s.group->index_of[source];
   if (from == not_a_member) return {};
-  return s.algo->landing(from, get_u32(head.data()), get_u32(head.data() + 4));
+  const std::uint32_t step = get_u32(head.data());
+  const std::uint32_t chunk = get_u32(head.data() + 4);
+  if (std::span<std::byte> place = s.algo->landing(from, step, chunk); !place.empty()) {
+    return {place, {}};
+  }
+  if (!s.reduce_on_landing) return {};
+  const reduce_landing fold = s.algo->reducing_landing(from, step, chunk);
+  if (fold.empty() || fold.operand.size() != fold.place.size()) return {};
+  return {fold.place, {&reduce_arriving, &s.params, fold.operand.data()}};
 }
 
 }  // namespace
@@ -1015,6 +1036,10 @@ collective_request communicator::start(collective_op op, algorithm_params params
   s->epoch = engine_->epoch;
   s->tag = collective_tag(options_.id, sequence, s->epoch);
   s->params = params;
+  if (const std::size_t element = size_of(params.type); element != 0) {
+    s->reduce_on_landing =
+        engine_->rt->fragment_bytes() % element == 0 && header_bytes % element == 0;
+  }
   if (engine_->retry_on_restart && !buffers.input.empty() && !buffers.output.empty() &&
       buffers.input.data() < buffers.output.data() + buffers.output.size() &&
       buffers.output.data() < buffers.input.data() + buffers.input.size()) {

@@ -16,6 +16,12 @@ result<void> reassembler::begin(std::uint64_t message_id, std::uint64_t total_le
 result<void> reassembler::begin(std::uint64_t message_id, std::uint64_t total_len,
                                  std::uint32_t fragment_count, std::span<std::byte> head,
                                  std::span<std::byte> body) {
+  return begin(message_id, total_len, fragment_count, head, body, {});
+}
+
+result<void> reassembler::begin(std::uint64_t message_id, std::uint64_t total_len,
+                                 std::uint32_t fragment_count, std::span<std::byte> head,
+                                 std::span<std::byte> body, body_combiner combine) {
   if (total_len > limits_.max_message_bytes) return reject(errc::message_too_large);
   if (fragment_count > limits_.max_fragments) return reject(errc::too_many_fragments);
   if (fragment_count == 0 || fragment_count > std::max<std::uint64_t>(total_len, 1)) {
@@ -39,6 +45,7 @@ result<void> reassembler::begin(std::uint64_t message_id, std::uint64_t total_le
   fragment_size_ = k_unknown_size;
   head_ = head.first(std::min<std::size_t>(head.size(), static_cast<std::size_t>(total_len)));
   body_ = body.first(static_cast<std::size_t>(total_len) - head_.size());
+  combine_ = combine;
   ++counters_.messages;
   return outcome::success();
 }
@@ -82,7 +89,15 @@ result<fragment_status> reassembler::accept(std::uint32_t fragment_index,
       rest = rest.subspan(n);
       at += n;
     }
-    if (!rest.empty()) copy_bytes(body_.data() + (at - head_.size()), rest.data(), rest.size());
+    if (!rest.empty()) {
+      const std::size_t in_body = at - head_.size();
+      if (combine_) {
+        combine_.apply(combine_.ctx, body_.data() + in_body, combine_.operand + in_body,
+                       rest.data(), rest.size());
+      } else {
+        copy_bytes(body_.data() + in_body, rest.data(), rest.size());
+      }
+    }
   }
   ++counters_.fragments;
   counters_.bytes += length;
@@ -103,7 +118,7 @@ std::span<std::byte> reassembler::destination_of(std::uint32_t fragment_index,
   const auto at = static_cast<std::size_t>(offset);
   const auto n = static_cast<std::size_t>(length);
   if (at + n <= head_.size()) return head_.subspan(at, n);
-  if (at >= head_.size()) return body_.subspan(at - head_.size(), n);
+  if (at >= head_.size() && !combine_) return body_.subspan(at - head_.size(), n);
   return {};
 }
 
@@ -131,7 +146,7 @@ void copy_between(std::span<const std::byte> from_head, std::span<const std::byt
 }  // namespace
 
 result<void> reassembler::retarget(std::span<std::byte> head, std::span<std::byte> body) {
-  if (!active_) return reject(errc::fragment_mismatch);
+  if (!active_ || combine_) return reject(errc::fragment_mismatch);
   if (head.size() + body.size() < total_len_) return reject(errc::buffer_too_small);
   const auto total = static_cast<std::size_t>(total_len_);
   const std::span<std::byte> new_head = head.first(std::min(head.size(), total));

@@ -56,6 +56,21 @@ struct reassembly_counters {
   std::uint64_t bitmap_allocations = 0;  ///< times begin() had to grow the bookkeeping bitmap.
 };
 
+/// Writes a message's body by folding each arriving byte run into the destination instead of
+/// copying it there: `apply(ctx, dst, operand, arriving, n)` sets dst[0, n) from operand[0, n)
+/// and arriving[0, n) (a receiver that reduces a chunk as it lands: dst = operand op arriving,
+/// with no pass through a buffer in between). `operand` is as long as the body and its byte i
+/// pairs with body byte i; it is only read. Runs are cut at fragment boundaries, so their
+/// offsets in the body are those of the fragments less the head.
+struct body_combiner {
+  using fn = void (*)(const void* ctx, std::byte* dst, const std::byte* operand,
+                      const std::byte* arriving, std::size_t n) noexcept;
+  fn apply = nullptr;
+  const void* ctx = nullptr;
+  const std::byte* operand = nullptr;
+  explicit operator bool() const noexcept { return apply != nullptr; }
+};
+
 /// Reassembles one message at a time into a caller-owned buffer.
 class reassembler {
  public:
@@ -83,6 +98,12 @@ class reassembler {
   result<void> begin(std::uint64_t message_id, std::uint64_t total_len,
                      std::uint32_t fragment_count, std::span<std::byte> head,
                      std::span<std::byte> body);
+  /// As above, the body's bytes combined into it by `combine` rather than copied (the head's
+  /// are copied). destination_of then names no place in the body (a transport cannot receive
+  /// into memory that must be computed), and retarget refuses the message.
+  result<void> begin(std::uint64_t message_id, std::uint64_t total_len,
+                     std::uint32_t fragment_count, std::span<std::byte> head,
+                     std::span<std::byte> body, body_combiner combine);
 
   /// Copies fragment `fragment_index` (its payload, at byte `offset`) into the destination.
   /// `fragment_count` and `total_len` are the fragment header's, checked against begin()'s.
@@ -106,7 +127,8 @@ class reassembler {
   /// Moves the message in progress to another destination (two parts, as begin() takes them):
   /// copies the fragments received so far there, and writes the rest there. buffer_too_small
   /// if the parts together are shorter than the message, fragment_mismatch if no message is in
-  /// progress; then nothing changes. The old destination is not touched again.
+  /// progress or its body is combined (what arrived is no longer there to copy); then nothing
+  /// changes. The old destination is not touched again.
   result<void> retarget(std::span<std::byte> head, std::span<std::byte> body);
 
   /// Whether every fragment of the message in progress has arrived.
@@ -153,6 +175,7 @@ class reassembler {
   std::uint64_t fragment_size_ = k_unknown_size;
   std::span<std::byte> head_;  // the message's first head_.size() bytes
   std::span<std::byte> body_;  // the rest
+  body_combiner combine_;      // how the body is written: copied when empty
 };
 
 }  // namespace vessel::wire

@@ -56,6 +56,14 @@ struct send_step {
   bool operator==(const send_step&) const = default;
 };
 
+/// A place where a chunk is reduced as it arrives (algorithm::reducing_landing): element-wise
+/// place = operand op chunk, in the params' type and op.
+struct reduce_landing {
+  std::span<std::byte> place;
+  std::span<const std::byte> operand;  ///< as long as place
+  bool empty() const noexcept { return place.empty(); }
+};
+
 enum class receive_status : std::uint8_t {
   consumed,  ///< the chunk was applied; the driver may release its bytes
   not_yet,   ///< the chunk belongs to a later round: the driver keeps it and offers it again
@@ -90,6 +98,20 @@ class algorithm {
   /// the algorithm works: it may read only what start() fixed, never state that on_receive moves.
   virtual std::span<std::byte> landing(std::uint32_t peer, std::uint32_t step,
                                        std::uint32_t chunk) const noexcept {
+    (void)peer;
+    (void)step;
+    (void)chunk;
+    return {};
+  }
+
+  /// As landing(), for a chunk that on_receive would reduce with `operand` into `place`: the
+  /// driver may instead reduce the bytes there as they arrive (no pass through a pool block),
+  /// and on_receive then gets `data` at `place`, already reduced (finishing touches such as
+  /// avg's division stay its own). The same conditions as landing()'s hold, and: `operand` is
+  /// not written while the collective runs and does not overlap `place`, so a chunk that lands
+  /// twice (its first try abandoned with a restarted peer) leaves the same bytes.
+  virtual reduce_landing reducing_landing(std::uint32_t peer, std::uint32_t step,
+                                          std::uint32_t chunk) const noexcept {
     (void)peer;
     (void)step;
     (void)chunk;

@@ -89,6 +89,8 @@ result<void> ring_pipeline::start(const algorithm_buffers& buffers, std::vector<
   }
   buffers_ = buffers;
   const std::uint32_t r = params_.rank;
+  input_apart_ = buffers.input.data() + buffers.input.size() <= buffers.output.data() ||
+                 buffers.output.data() + buffers.output.size() <= buffers.input.data();
 
   // Lay out the working vector. allreduce reads its own blocks from the input and writes each
   // output block once (reduced from the input and a peer's chunk, or the final block copied in),
@@ -158,7 +160,9 @@ result<void> ring_pipeline::apply(std::uint32_t step, std::uint32_t chunk, byte_
     }
     const auto result =
         buffers_.output.subspan(where.offset - block(params_.rank).offset, where.bytes);
-    VESSEL_TRY(reduce_to(result, own, data, params_.type, params_.op));
+    if (data.data() != result.data()) {  // else reduced as it landed (reducing_landing())
+      VESSEL_TRY(reduce_to(result, own, data, params_.type, params_.op));
+    }
     if (params_.op == reduce_op::avg) {
       VESSEL_TRY(finish_average(result, params_.type, params_.size));
     }
@@ -167,9 +171,12 @@ result<void> ring_pipeline::apply(std::uint32_t step, std::uint32_t chunk, byte_
 
   const auto mine = buffers_.output.subspan(where.offset, where.bytes);
   if (is_reducing_step(step)) {
-    // The first write of this block here: our input's share and the peer's partial sum.
-    VESSEL_TRY(reduce_to(mine, buffers_.input.subspan(where.offset, where.bytes), data,
-                         params_.type, params_.op));
+    // The first write of this block here: our input's share and the peer's partial sum (done
+    // as the chunk landed when it is already there: reducing_landing()).
+    if (data.data() != mine.data()) {
+      VESSEL_TRY(reduce_to(mine, buffers_.input.subspan(where.offset, where.bytes), data,
+                           params_.type, params_.op));
+    }
     if (step == last_reduce && params_.op == reduce_op::avg) {
       VESSEL_TRY(finish_average(mine, params_.type, params_.size));  // final: average once
     }
@@ -190,6 +197,28 @@ std::span<std::byte> ring_pipeline::landing(std::uint32_t peer, std::uint32_t st
   const byte_range where = chunk_of(b, granule_, chunk);
   if (where.bytes == 0 || where.offset + where.bytes > buffers_.output.size()) return {};
   return buffers_.output.subspan(where.offset, where.bytes);
+}
+
+reduce_landing ring_pipeline::reducing_landing(std::uint32_t peer, std::uint32_t step,
+                                              std::uint32_t chunk) const noexcept {
+  // As landing(): each chunk of a reducing step comes once, from the left, and is consumed
+  // whenever it comes. Not reduce_scatter's forwarded steps, which reduce into the one chunk of
+  // scratch that every chunk reuses; not in place, where the operand is the place itself.
+  if (!input_apart_ || peer != left_ || params_.size < 2 || step >= steps() ||
+      !is_reducing_step(step) || (kind_ == kind::reduce_scatter && step + 1 < steps())) {
+    return {};
+  }
+  const byte_range b = block(block_received(step));
+  if (chunk >= chunk_count(b.bytes, granule_)) return {};
+  const byte_range where = chunk_of(b, granule_, chunk);
+  const std::size_t at =
+      kind_ == kind::reduce_scatter ? where.offset - block(params_.rank).offset : where.offset;
+  if (where.bytes == 0 || at + where.bytes > buffers_.output.size() ||
+      where.offset + where.bytes > buffers_.input.size()) {
+    return {};
+  }
+  return {buffers_.output.subspan(at, where.bytes),
+          buffers_.input.subspan(where.offset, where.bytes)};
 }
 
 std::uint32_t ring_pipeline::waiting_for(std::vector<std::uint32_t>& peers) const {

@@ -35,6 +35,10 @@ class ring_pipeline : public algorithm {
   /// The copying steps' chunks (allgather's, allreduce's second phase) land in the output.
   std::span<std::byte> landing(std::uint32_t peer, std::uint32_t step,
                                std::uint32_t chunk) const noexcept final;
+  /// The reducing steps' chunks that go to the output (allreduce's first phase, reduce_scatter's
+  /// last step) are reduced where they land, when the input does not overlap the output.
+  reduce_landing reducing_landing(std::uint32_t peer, std::uint32_t step,
+                                  std::uint32_t chunk) const noexcept final;
 
  protected:
   ring_pipeline(kind k, const algorithm_params& params);
@@ -60,6 +64,7 @@ class ring_pipeline : public algorithm {
   std::uint32_t right_ = 0;
   algorithm_buffers buffers_{};
   bool started_ = false;
+  bool input_apart_ = false;  ///< the input does not overlap the output (fixed by start())
   std::uint64_t received_ = 0;
   std::uint64_t expected_ = 0;
   std::vector<std::uint32_t> next_chunk_;  ///< per step: chunks arrive in order per step

@@ -2,8 +2,10 @@
 // fragments accepted as new never overlap, each lands where it says with its own bytes, nothing
 // else writes a byte (duplicates and errors leave the destination as it was), nothing is written
 // past total_len, and complete() means every byte of the message came from an accepted fragment.
+// With bit 7 of the count byte, the body is combined (body_combiner: here operand + arriving, byte
+// by byte) rather than copied, under the same checks.
 //
-// Input: u16 total_len (mod 4097), u8 fragment_count, then 6-byte records
+// Input: u16 total_len (mod 4097), u8 fragment_count (bits 0-6; bit 7: combine), then 6-byte records
 //   u8 index | u16 offset | u16 length | u8 flags (bit 0: header count + 1, bit 1: header total + 1).
 
 #include <cstddef>
@@ -26,12 +28,23 @@ std::uint16_t u16(const std::uint8_t* p) {
   return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
 }
 
+std::byte operand_at(std::uint64_t i) { return static_cast<std::byte>(i * 7 + 3); }
+
+void add(const void*, std::byte* dst, const std::byte* operand, const std::byte* arriving,
+         std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    dst[i] = static_cast<std::byte>(std::to_integer<unsigned>(operand[i]) +
+                                    std::to_integer<unsigned>(arriving[i]));
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 3) return 0;
   const std::uint64_t total = u16(data) % 4097;
-  const std::uint32_t count = data[2];
+  const std::uint32_t count = data[2] & 0x7fu;
+  const bool combined = (data[2] & 0x80u) != 0;
   data += 3;
   size -= 3;
 
@@ -39,7 +52,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   constexpr std::byte guard{0x5A};
   std::vector<std::byte> storage(total + guard_bytes, guard);
   reassembler r{reassembly_limits{.max_message_bytes = 4096, .max_fragments = 64}};
-  if (!r.begin(1, total, count, storage)) return 0;
+  std::vector<std::byte> operand(total);
+  for (std::uint64_t i = 0; i < total; ++i) operand[i] = operand_at(i);
+  const body_combiner combine{combined ? &add : nullptr, nullptr, operand.data()};
+  if (!r.begin(1, total, count, {}, storage, combine)) return 0;
 
   std::vector<int> owner(total, -1);  // which accepted fragment wrote each byte
   std::vector<bool> accepted(count, false);
@@ -63,7 +79,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       for (std::uint64_t i = 0; i < length; ++i) {
         require(owner[offset + i] == -1);
         owner[offset + i] = static_cast<int>(index);
-        require(storage[offset + i] == payload[i]);
+        const std::byte want =
+            combined ? static_cast<std::byte>(std::to_integer<unsigned>(operand_at(offset + i)) +
+                                              std::to_integer<unsigned>(payload[i]))
+                     : payload[i];
+        require(storage[offset + i] == want);
       }
       // Nothing outside the fragment moved.
       require(std::memcmp(storage.data(), before.data(), offset) == 0);

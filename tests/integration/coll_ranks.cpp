@@ -707,6 +707,14 @@ int main(int argc, char** argv) {
     const std::vector<std::size_t> sizes =
         full ? std::vector<std::size_t>{0, 1, 7, 1000} : std::vector<std::size_t>{0, 7, 1000};
     const std::uint64_t landed_before = world.runtime().matching_stats().claimed;
+    auto combined = [&world] {
+      std::uint64_t n = 0;
+      for (std::uint32_t peer = 0; peer < world.size(); ++peer) {
+        if (peer != world.rank()) n += world.runtime().link_stats(peer).combined_on_arrival;
+      }
+      return n;
+    };
+    const std::uint64_t combined_before = combined();
     for (collective_op op : all_collective_ops) {
       std::vector<std::string_view> algos;
       if (full) {
@@ -735,6 +743,8 @@ int main(int argc, char** argv) {
       // came landed straight in the output (algorithm::landing), and the results above held.
       expect_true(ck, world.runtime().matching_stats().claimed > landed_before,
                   "no ring chunk landed in place");
+      // Its reducing steps' chunks were reduced into the output as they arrived.
+      expect_true(ck, combined() > combined_before, "no ring chunk reduced as it landed");
     }
     run_overlapped(c, ck);
     made.value().reset();

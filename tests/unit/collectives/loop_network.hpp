@@ -5,7 +5,8 @@
 // of its FIFO (links are ordered) until the receiver has made progress elsewhere. With
 // land_chunks(true), a chunk whose receiver names a place for it (algorithm::landing) is written
 // there the moment it is sent, the earliest a link could land it, and on_receive later gets that
-// place as its data.
+// place as its data; with reduce_landed_chunks(type, op) as well, a chunk whose receiver names a
+// place to reduce it into (algorithm::reducing_landing) is reduced there the same moment.
 
 #include <gtest/gtest.h>
 
@@ -20,9 +21,11 @@
 #include <span>
 #include <system_error>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "collectives/algorithms/algorithm.hpp"
+#include "collectives/reduce.hpp"
 
 namespace vessel::collectives::testing {
 
@@ -76,8 +79,15 @@ class loop_network {
   std::size_t delivered() const { return delivered_; }
   /// Write chunks into their receivers' landing places as they are sent (see above).
   void land_chunks(bool on) { land_ = on; }
-  /// Chunks written into a landing place so far.
+  /// Also reduce chunks where their receivers' reducing_landing says, in `type` and `op`.
+  void reduce_landed_chunks(dtype type, reduce_op op) {
+    land_ = true;
+    fold_ = std::pair{type, op};
+  }
+  /// Chunks written into a landing place so far (reduced ones included).
   std::size_t landed() const { return landed_; }
+  /// Chunks reduced into a reducing_landing place so far.
+  std::size_t reduced_on_landing() const { return reduced_on_landing_; }
   /// Chunks offered to a started rank and answered not_yet (each offer counts).
   std::size_t refusals() const { return refusals_; }
   bool quiet() const { return active_.empty(); }
@@ -197,6 +207,21 @@ class loop_network {
           std::memcpy(place.data(), bytes.data(), bytes.size());
           m.landed = place;
           ++landed_;
+        } else if (const reduce_landing fold =
+                       fold_ ? ranks_[s.peer]->reducing_landing(from, s.step, s.chunk)
+                             : reduce_landing{};
+                   !fold.empty()) {
+          ASSERT_EQ(fold.place.size(), bytes.size()) << "rank " << s.peer << " reduces a chunk of "
+                                                      << bytes.size() << " bytes into "
+                                                      << fold.place.size();
+          ASSERT_EQ(fold.operand.size(), bytes.size());
+          const bool apart = fold.operand.data() + fold.operand.size() <= fold.place.data() ||
+                             fold.place.data() + fold.place.size() <= fold.operand.data();
+          ASSERT_TRUE(apart) << "rank " << s.peer << ": the operand overlaps the place";
+          ASSERT_TRUE(reduce_to(fold.place, fold.operand, bytes, fold_->first, fold_->second));
+          m.landed = fold.place;
+          ++landed_;
+          ++reduced_on_landing_;
         }
       }
       const std::uint64_t key = key_of(from, s.peer);
@@ -230,7 +255,9 @@ class loop_network {
   std::uint64_t generation_ = 1;
   bool stalled_ = false;
   bool land_ = false;
+  std::optional<std::pair<dtype, reduce_op>> fold_;
   std::size_t landed_ = 0;
+  std::size_t reduced_on_landing_ = 0;
   std::size_t refused_ = 0;  ///< distinct queues refused since the last progress
   std::size_t delivered_ = 0;
   std::size_t refusals_ = 0;

@@ -219,6 +219,87 @@ TEST(reassembler, retarget_moves_what_arrived_and_writes_the_rest_to_the_new_des
   EXPECT_FALSE(idle.retarget(head.span(), body.span())) << "no message in progress";
 }
 
+// A body_combiner that adds byte-wise (mod 256) and counts the runs it was given.
+struct adding_combiner {
+  std::vector<std::size_t> runs;
+  static void apply(const void* ctx, std::byte* dst, const std::byte* operand,
+                    const std::byte* arriving, std::size_t n) noexcept {
+    auto& self = *static_cast<adding_combiner*>(const_cast<void*>(ctx));
+    self.runs.push_back(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      dst[i] = static_cast<std::byte>(std::to_integer<unsigned>(operand[i]) +
+                                      std::to_integer<unsigned>(arriving[i]));
+    }
+  }
+  body_combiner combiner(const std::vector<std::byte>& operand) {
+    return {&adding_combiner::apply, this, operand.data()};
+  }
+};
+
+TEST(reassembler, a_combined_body_is_folded_into_the_destination_fragment_by_fragment) {
+  // 16-byte head copied, the body combined with an operand: dst = operand + arriving.
+  const message m{10'000, 1'000, 21};
+  const std::vector<std::byte> operand = random_bytes(10'000 - 16, 22);
+  destination head{16};
+  destination body{10'000 - 16};
+  adding_combiner add;
+  reassembler r;
+  ASSERT_TRUE(r.begin(6, 10'000, m.layout.count(), head.span().first(16), body.span(),
+                      add.combiner(operand)));
+  auto order = m.indices();
+  std::shuffle(order.begin(), order.end(), std::mt19937{23});
+  deliver_all(r, m, order);
+  EXPECT_TRUE(r.complete());
+  EXPECT_TRUE(std::equal(m.bytes.begin(), m.bytes.begin() + 16, head.written().begin()));
+  for (std::size_t i = 0; i < operand.size(); ++i) {
+    const auto want = static_cast<std::byte>(std::to_integer<unsigned>(operand[i]) +
+                                             std::to_integer<unsigned>(m.bytes[16 + i]));
+    ASSERT_EQ(body.written()[i], want) << "body byte " << i;
+  }
+  EXPECT_TRUE(head.guard_intact());
+  EXPECT_TRUE(body.guard_intact());
+  // One run per fragment: fragment 0's less the head, the others whole.
+  std::vector<std::size_t> runs = add.runs;
+  std::sort(runs.begin(), runs.end());
+  std::vector<std::size_t> want(9, 1'000);
+  want.insert(want.begin(), 1'000 - 16);
+  EXPECT_EQ(runs, want);
+  EXPECT_EQ(r.counters().in_place, 0u);
+}
+
+TEST(reassembler, a_combined_body_names_no_place_to_receive_into_and_cannot_be_retargeted) {
+  const message m{10'000, 1'000, 24};
+  const std::vector<std::byte> operand(10'000 - 16, std::byte{1});
+  destination head{16};
+  destination body{10'000 - 16};
+  adding_combiner add;
+  reassembler r;
+  ASSERT_TRUE(r.begin(7, 10'000, m.layout.count(), head.span().first(16), body.span(),
+                      add.combiner(operand)));
+  deliver_all(r, m, {0, 3});
+  for (std::uint32_t i = 1; i < 10; ++i) {
+    const fragment f = m.layout[i];
+    EXPECT_TRUE(r.destination_of(i, f.count, f.offset, 10'000, f.length).empty())
+        << "fragment " << i << ": its bytes must be computed, not received";
+  }
+  destination other{10'000};
+  const auto moved = r.retarget({}, other.span());
+  ASSERT_FALSE(moved);
+  EXPECT_EQ(moved.error(), make_error_code(errc::fragment_mismatch));
+  deliver_all(r, m, {1, 2, 4, 5, 6, 7, 8, 9});  // the message still completes where it began
+  EXPECT_TRUE(r.complete());
+  EXPECT_EQ(body.written()[0], static_cast<std::byte>(std::to_integer<unsigned>(m.bytes[16]) + 1));
+
+  // The next message, begun without one, copies again.
+  const message plain{2'000, 1'000, 25};
+  destination d{2'000};
+  ASSERT_TRUE(r.begin(8, 2'000, plain.layout.count(), d.span()));
+  EXPECT_FALSE(r.destination_of(1, 2, 1'000, 2'000, 1'000).empty());
+  deliver_all(r, plain, {1, 0});
+  expect_reassembled(r, plain, d);
+  EXPECT_EQ(add.runs.size(), 10u) << "the plain message combined nothing";
+}
+
 TEST(reassembler, drops_and_counts_exact_duplicates) {
   const message m{3'000, 1'000, 4};
   destination d{3'000};
