@@ -26,9 +26,10 @@ link_sender::link_sender(const link_sender_config& config)
   ring_.resize(config.max_unacked_frames + config.max_queued_frames);
 }
 
-result<submit_outcome> link_sender::submit(wire::frame_header header, io::buffer_slice payload) {
+result<submit_outcome> link_sender::submit(wire::frame_header header, io::buffer_slice payload,
+                                           io::buffer_slice more) {
   if (!is_sequenced(header.kind())) return errc::link_not_reliable;
-  const std::size_t len = payload.size();
+  const std::size_t len = payload.size() + more.size();
   if (len > config_.max_buffered_bytes) return errc::link_frame_too_large;
   if (!writable(len)) {
     ++stats_.would_block;
@@ -42,6 +43,7 @@ result<submit_outcome> link_sender::submit(wire::frame_header header, io::buffer
   outgoing_frame& f = slot(seq);
   f.header = std::move(header);
   f.payload = std::move(payload);
+  f.more = std::move(more);
   buffered_bytes_ += len;
   queued_bytes_ += len;
 
@@ -59,7 +61,7 @@ result<submit_outcome> link_sender::submit(wire::frame_header header, io::buffer
 }
 
 bool link_sender::can_release(const outgoing_frame& f) const noexcept {
-  return f.payload.size() <= credit_ && unacked_frames() < config_.max_unacked_frames;
+  return f.bytes() <= credit_ && unacked_frames() < config_.max_unacked_frames;
 }
 
 const outgoing_frame* link_sender::next_transmit() noexcept {
@@ -75,7 +77,7 @@ const outgoing_frame* link_sender::next_transmit() noexcept {
     }
     return nullptr;
   }
-  const std::size_t len = f.payload.size();
+  const std::size_t len = f.bytes();
   credit_ -= len;
   queued_bytes_ -= len;
   ++stats_.frames_sent;
@@ -98,10 +100,11 @@ result<std::size_t> link_sender::on_ack(std::uint64_t cumulative_seq) {
   std::size_t released = 0;
   while (acked_seq_ < cumulative_seq) {
     outgoing_frame& f = slot(++acked_seq_);
-    const std::size_t len = f.payload.size();
+    const std::size_t len = f.bytes();
     buffered_bytes_ -= len;
     if (acked_seq_ >= next_tx_seq_) queued_bytes_ -= len;
     f.payload.reset();  // the buffer goes back to its pool now, not when the slot is reused
+    f.more.reset();
     ++released;
   }
   if (next_tx_seq_ <= acked_seq_) next_tx_seq_ = acked_seq_ + 1;
@@ -128,7 +131,7 @@ result<void> link_sender::resume(std::uint64_t peer_last_seq_seen) {
   // The hello's last-seen seq is a cumulative ack; everything after it goes out again.
   if (auto acked = on_ack(peer_last_seq_seen); !acked) return acked.error();
   for (std::uint64_t seq = acked_seq_ + 1; seq < next_tx_seq_; ++seq) {
-    queued_bytes_ += slot(seq).payload.size();
+    queued_bytes_ += slot(seq).bytes();
   }
   next_tx_seq_ = acked_seq_ + 1;
   credit_ = 0;
@@ -136,7 +139,10 @@ result<void> link_sender::resume(std::uint64_t peer_last_seq_seen) {
 }
 
 void link_sender::drop_payloads() noexcept {
-  for (outgoing_frame& f : ring_) f.payload.reset();
+  for (outgoing_frame& f : ring_) {
+    f.payload.reset();
+    f.more.reset();
+  }
 }
 
 bool link_sender::writable(std::size_t payload_bytes) const noexcept {

@@ -44,6 +44,8 @@ struct link_sender_config {
 struct outgoing_frame {
   wire::frame_header header;
   io::buffer_slice payload;
+  io::buffer_slice more;  ///< the payload's second part, if it comes in two (transport::send_parts)
+  std::size_t bytes() const noexcept { return payload.size() + more.size(); }
 };
 
 /// What became of a submitted frame.
@@ -73,7 +75,8 @@ class link_sender {
   /// Errors: link_not_reliable for a control frame; link_frame_too_large when the payload alone
   /// exceeds max_buffered_bytes; link_would_block when the queue is full (bytes or frames): the
   /// caller holds on to the frame and retries once writable() says there is room.
-  result<submit_outcome> submit(wire::frame_header header, io::buffer_slice payload);
+  result<submit_outcome> submit(wire::frame_header header, io::buffer_slice payload,
+                                io::buffer_slice more = {});
 
   /// The next frame credit and window allow, or nullptr. The frame stays owned by the sender
   /// (the pointer is valid until the next on_ack/resume/submit); the owner copies the header

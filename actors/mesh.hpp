@@ -252,9 +252,9 @@ class mesh {
   /// follows), mesh_message_too_large (over max_message_bytes), mesh_peer_down, mesh_closed,
   /// rank_out_of_range.
   /// A non-empty `tail` follows `payload` in the same message (the receiver sees one message of
-  /// both): a sender copies a small head (a header and the first bytes) and lends the bulk
-  /// without copying it. `payload` must then be whole fragments (mesh_config::fragment_bytes),
-  /// so that every fragment lies in one of the two, and `dst` another rank (mesh_bad_split).
+  /// both): a sender copies a small head (a header) and lends the bulk without copying it. A
+  /// fragment that straddles the two goes out in two parts (transport::send_parts). `dst` must
+  /// be another rank (mesh_bad_split).
   result<void> send(std::uint32_t dst, std::uint64_t tag, io::buffer_slice payload,
                     io::buffer_slice tail = {});
   /// The bytes of every data frame but a message's last (mesh_config::fragment_bytes).

@@ -105,9 +105,6 @@ result<void> peer_link::send(std::uint64_t tag, io::buffer_slice payload, io::bu
   if (payload.size() + tail.size() > owner_.pool.max_block_size()) {
     return make_error_code(errc::mesh_message_too_large);
   }
-  if (!tail.empty() && (payload.size() == 0 || payload.size() % fragment_bytes_ != 0)) {
-    return make_error_code(errc::mesh_bad_split);  // a fragment would straddle the two
-  }
   if (queue_count_ == queue_.size()) {
     blocked_ = true;
     ++stats_.would_block;
@@ -141,8 +138,17 @@ void peer_link::pump() {
       h.payload_len = static_cast<std::uint32_t>(len);
       h.body = wire::data_fields{owner_.config.self_rank, peer_, m.tag, m.message_id,
                                  m.next_fragment,         count, total, offset};
-      auto submitted = sender_.submit(h, offset < head ? m.payload.subslice(offset, len)
-                                                       : m.tail.subslice(offset - head, len));
+      // A fragment that straddles the message's two parts goes out in two (send_parts).
+      io::buffer_slice first, second;
+      if (offset + len <= head) {
+        first = m.payload.subslice(offset, len);
+      } else if (offset >= head) {
+        first = m.tail.subslice(offset - head, len);
+      } else {
+        first = m.payload.subslice(offset, head - offset);
+        second = m.tail.subslice(0, offset + len - head);
+      }
+      auto submitted = sender_.submit(h, std::move(first), std::move(second));
       if (!submitted) {
         // writable() said yes: only a misconfiguration (fragment over the send bound) gets here.
         log::get("actors").error("link to rank {}: message {} dropped: {}", peer_, m.message_id,
@@ -170,20 +176,21 @@ void peer_link::pump() {
 void peer_link::transmit() {
   if (connection_ == nullptr || state_ != peer_state::up) return;
   if (stalled_) {
-    if (!send_frame(stalled_->header, stalled_->payload)) return;
+    if (!send_frame(*stalled_)) return;
     stalled_.reset();
   }
   while (const outgoing_frame* f = sender_.next_transmit()) {
-    if (!send_frame(f->header, f->payload)) {
+    if (!send_frame(*f)) {
       stalled_ = *f;  // a header copy and a slice handle: no allocation
       return;
     }
   }
 }
 
-bool peer_link::send_frame(const wire::frame_header& header, const io::buffer_slice& payload) {
+bool peer_link::send_frame(const outgoing_frame& f) {
   if (connection_ == nullptr) return false;
-  auto sent = connection_->transport().send(header, payload);
+  auto sent = f.more.empty() ? connection_->transport().send(f.header, f.payload)
+                             : connection_->transport().send_parts(f.header, f.payload, f.more);
   if (!sent) return false;  // queue full: on_writable() resumes; closed: on_closed follows
   liveness_.on_sent(coarse_now());
   return true;

@@ -119,7 +119,7 @@ class peer_link {
   void set_state(peer_state s, std::error_code why = {});
   void pump();
   void transmit();
-  bool send_frame(const wire::frame_header& header, const io::buffer_slice& payload);
+  bool send_frame(const outgoing_frame& f);
   bool send_control(const wire::frame_header& header);
   void on_data(const wire::frame_header& header, const wire::data_fields& data,
                std::span<const std::byte> payload, link_time t);

@@ -56,8 +56,8 @@ class p2p_request {
   static void make_send(p2p_request& r, std::uint32_t dst, std::uint64_t tag,
                         io::buffer_slice payload) noexcept;
   /// A send of one message made of `head` then `tail` (mesh::send's split message): the caller
-  /// copies a head of whole fragments (runtime::fragment_bytes) and lends the rest
-  /// (io::borrowed_memory). To another rank only; else the send fails with mesh_bad_split.
+  /// copies a small head (a header) and lends the rest (io::borrowed_memory). To another rank
+  /// only; else the send fails with mesh_bad_split.
   static void make_split_send(p2p_request& r, std::uint32_t dst, std::uint64_t tag,
                               io::buffer_slice head, io::buffer_slice tail) noexcept;
   /// A receive from `source` (or any_source) with `tag` (or any_tag).
@@ -248,7 +248,7 @@ class runtime : private mesh_observer, private credit_sink {
   io::buffer acquire_send_block(std::size_t bytes);
   /// The largest payload one message may carry (both pools' largest blocks).
   std::size_t max_message_bytes() const noexcept { return max_message_; }
-  /// The bytes of every data frame but a message's last: a split send's head is a multiple.
+  /// The bytes of every data frame but a message's last.
   std::size_t fragment_bytes() const noexcept { return fragment_bytes_; }
 
   /// Counters of the link to `peer` (runs on the reactor; any thread but the reactor's).

@@ -384,12 +384,13 @@ void collective_engine::send_chunk(collective_state& s, const send_step& step,
   }
   if (step.peer >= s.group->size()) return fail(s, make_error_code(errc::invalid_argument));
   const std::uint32_t peer = s.group->members[step.peer];
-  // A chunk of two fragments or more that stays put until the peer has it: copy only the first
-  // fragment (the header must precede the bytes) and lend the rest, saving a pass over it.
-  const std::size_t fragment = rt->fragment_bytes();
-  const bool split = s.lent && step.lendable && peer != rt->rank() && fragment > header_bytes &&
-                     header_bytes + bytes.size() >= 2 * fragment;
-  const std::size_t copied = split ? fragment - header_bytes : bytes.size();
+  // A chunk of a fragment or more that stays put until the peer has it: copy only its header
+  // and lend the bytes (the fragment the two share goes out in two parts), saving a pass over
+  // them. Smaller chunks are copied: the link acks them late (its delayed ack), and a lent
+  // chunk holds its call until the ack is in.
+  const bool split = s.lent && step.lendable && peer != rt->rank() &&
+                     header_bytes + bytes.size() >= rt->fragment_bytes();
+  const std::size_t copied = split ? 0 : bytes.size();
   io::buffer block = rt->acquire_send_block(header_bytes + copied);
   if (!block) return fail(s, make_error_code(errc::invalid_argument));
   put_u32(block.data(), step.step);
@@ -1070,8 +1071,7 @@ collective_request communicator::start(collective_op op, algorithm_params params
           ? std::clamp<std::size_t>(params.size - 1, 1, options_.max_sends_in_flight)
           : options_.max_sends_in_flight;
   s->size_rings(receive_slots, send_slots);
-  if (const std::size_t fragment = engine_->rt->fragment_bytes();
-      fragment > header_bytes && message_bytes + header_bytes >= 2 * fragment) {
+  if (message_bytes + header_bytes >= engine_->rt->fragment_bytes()) {
     // Room for the sends in flight and as many more awaiting their acks.
     s->loan_slots = 2 * s->send_slots;
     s->lent = std::make_unique<io::borrowed_memory>(static_cast<std::uint32_t>(s->loan_slots));

@@ -154,20 +154,31 @@ void shm_transport::on_watchdog() {
 // -- Sending -----------------------------------------------------------------------------------
 
 result<void> shm_transport::send(const wire::frame_header& header, buffer_slice payload) {
-  return send_copy(header, payload.bytes());
+  return write_frame(header, payload.bytes(), {});
+}
+
+result<void> shm_transport::send_parts(const wire::frame_header& header, buffer_slice first,
+                                       buffer_slice second) {
+  return write_frame(header, first.bytes(), second.bytes());
 }
 
 result<void> shm_transport::send_copy(const wire::frame_header& header,
                                       std::span<const std::byte> payload) {
+  return write_frame(header, payload, {});
+}
+
+result<void> shm_transport::write_frame(const wire::frame_header& header,
+                                        std::span<const std::byte> first,
+                                        std::span<const std::byte> second) {
   if (state_ != state::open) return errc::transport_closed;
-  if (header.payload_len != payload.size()) return make_error_code(std::errc::invalid_argument);
-  VESSEL_TRY(encoder_.encode(header, payload));
-  const auto wire_header = encoder_.header_bytes();  // u32 header_len | header
+  const std::size_t payload_len = first.size() + second.size();
+  if (header.payload_len != payload_len) return make_error_code(std::errc::invalid_argument);
+  VESSEL_TRY(wire_header, encoder_.encode_header(header));  // u32 header_len | header
   const std::uint64_t hlen = wire_header.size() - wire::prefix_bytes;
-  const bool in_area = payload.size() > config_.inline_max;
+  const bool in_area = payload_len > config_.inline_max;
   const std::uint64_t rec_len =
-      record_prefix + align_up(hlen, 8) + (in_area ? 8 : align_up(payload.size(), 8));
-  const std::uint64_t area_len = in_area ? align_up(payload.size(), shm::cache_line) : 0;
+      record_prefix + align_up(hlen, 8) + (in_area ? 8 : align_up(payload_len, 8));
+  const std::uint64_t area_len = in_area ? align_up(payload_len, shm::cache_line) : 0;
   // Half of each ring at most: a reservation that wraps skips the bytes up to the end, so a
   // record longer than half the ring may never fit, even with the ring empty, and the sender
   // would wait for room forever.
@@ -210,7 +221,10 @@ result<void> shm_transport::send_copy(const wire::frame_header& header,
   }
 
   // Write once: the payload goes straight to where the peer will read it.
-  if (in_area) wire::copy_bytes(area, payload.data(), payload.size());
+  if (in_area) {
+    if (!first.empty()) wire::copy_bytes(area, first.data(), first.size());
+    if (!second.empty()) wire::copy_bytes(area + first.size(), second.data(), second.size());
+  }
   if (skipped != 0) {
     store<std::uint32_t>(tx_ring_.at(rec_pos - skipped), kind_pad << kind_shift);
   }
@@ -221,14 +235,15 @@ result<void> shm_transport::send_copy(const wire::frame_header& header,
   std::byte* body = rec + record_prefix + align_up(hlen, 8);
   if (in_area) {
     store<std::uint64_t>(body, area_pos);
-  } else if (!payload.empty()) {
-    std::memcpy(body, payload.data(), payload.size());
+  } else {
+    if (!first.empty()) std::memcpy(body, first.data(), first.size());
+    if (!second.empty()) std::memcpy(body + first.size(), second.data(), second.size());
   }
   if (in_area) tx_area_.publish();
   tx_ring_.publish();  // release: everything above happens-before the peer's acquire of head
 
   ++stats_.frames_sent;
-  stats_.bytes_sent += wire_header.size() + payload.size();
+  stats_.bytes_sent += wire_header.size() + payload_len;
   stats_.send_queue_high_water = std::max<std::uint64_t>(stats_.send_queue_high_water,
                                                          queued_bytes());
   wake_peer_consumer();

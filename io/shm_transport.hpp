@@ -68,6 +68,9 @@ class shm_transport final : public transport, private loop_poller {
   result<void> send(const wire::frame_header& header, buffer_slice payload) override;
   result<void> send_copy(const wire::frame_header& header,
                          std::span<const std::byte> payload) override;
+  /// Copies both parts, one after the other, into shared memory.
+  result<void> send_parts(const wire::frame_header& header, buffer_slice first,
+                          buffer_slice second) override;
   /// Bytes sent and not yet consumed by the peer (ring records plus payload-area bytes).
   std::size_t queued_bytes() const noexcept override;
   void close() noexcept override;
@@ -93,6 +96,8 @@ class shm_transport final : public transport, private loop_poller {
     shm_transport& owner;
   };
 
+  result<void> write_frame(const wire::frame_header& header, std::span<const std::byte> first,
+                           std::span<const std::byte> second);
   static void continue_receive(void* self) noexcept;
   // loop_poller: a borrowed loop (reactor_config::lendable) looks at the ring on every turn.
   void poll() noexcept override;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "io/errc.hpp"
+#include "wire/errc.hpp"
 #include "io/log.hpp"
 #include "io/reactor.hpp"
 
@@ -60,7 +61,7 @@ tcp_transport::tcp_transport(reactor& r, int fd, transport_handler& handler,
       readiness_{options.poll_when_lent && r.config().lendable},
       slab_{std::make_unique<std::byte[]>(slot_bytes_ * std::max<std::size_t>(options.send_queue_frames, 1))},
       ring_(std::max<std::size_t>(options.send_queue_frames, 1)),
-      iov_(std::max<std::size_t>(options.max_iovecs, 2)),
+      iov_(std::max<std::size_t>(options.max_iovecs, 3)),
       decoder_{options.limits} {
   for (std::size_t i = 0; i < ring_.size(); ++i) ring_[i].head = slab_.get() + i * slot_bytes_;
 }
@@ -86,14 +87,15 @@ void tcp_transport::start() {
 
 // -- Sending -----------------------------------------------------------------------------------
 
+// `copied`: the payload bytes to copy into the entry (send_copy's), else empty.
 result<tcp_transport::entry*> tcp_transport::reserve(const wire::frame_header& header,
-                                                     std::span<const std::byte> payload,
-                                                     std::size_t copy_len) {
+                                                     std::span<const std::byte> copied) {
   if (state_ != state::open) return errc::transport_closed;
-  auto iov = encoder_.encode(header, payload);
-  if (!iov) return iov.error();
-  const auto head = encoder_.header_bytes();
-  const std::size_t frame_bytes = head.size() + payload.size();
+  auto encoded = encoder_.encode_header(header);
+  if (!encoded) return encoded.error();
+  const auto head = encoded.value();
+  const std::size_t copy_len = copied.size();
+  const std::size_t frame_bytes = head.size() + header.payload_len;
   if (count_ == ring_.size() || (count_ > 0 && queued_bytes_ + frame_bytes > options_.send_queue_bytes)) {
     ++stats_.send_queue_full;
     want_writable_ = true;
@@ -110,7 +112,7 @@ result<tcp_transport::entry*> tcp_transport::reserve(const wire::frame_header& h
   if (slot >= ring_.size()) slot -= ring_.size();
   entry& e = ring_[slot];
   std::memcpy(e.head, head.data(), head.size());
-  if (copy_len > 0) std::memcpy(e.head + head.size(), payload.data(), copy_len);
+  if (copy_len > 0) std::memcpy(e.head + head.size(), copied.data(), copy_len);
   e.head_len = static_cast<std::uint32_t>(head.size() + copy_len);
   ++count_;
   queued_bytes_ += frame_bytes;
@@ -119,9 +121,18 @@ result<tcp_transport::entry*> tcp_transport::reserve(const wire::frame_header& h
 }
 
 result<void> tcp_transport::send(const wire::frame_header& header, buffer_slice payload) {
-  auto e = reserve(header, payload.bytes(), 0);
+  return send_parts(header, std::move(payload), {});
+}
+
+result<void> tcp_transport::send_parts(const wire::frame_header& header, buffer_slice first,
+                                       buffer_slice second) {
+  if (header.payload_len != first.size() + second.size()) {
+    return make_error_code(wire::errc::bad_field);
+  }
+  auto e = reserve(header, {});
   if (!e) return e.error();
-  e.value()->payload = std::move(payload);
+  e.value()->payload = std::move(first);
+  e.value()->more = std::move(second);
   flush_direct();
   return outcome::success();
 }
@@ -129,7 +140,8 @@ result<void> tcp_transport::send(const wire::frame_header& header, buffer_slice 
 result<void> tcp_transport::send_copy(const wire::frame_header& header,
                                       std::span<const std::byte> payload) {
   if (payload.size() > options_.copy_bytes) return std::make_error_code(std::errc::message_size);
-  auto e = reserve(header, payload, payload.size());
+  if (header.payload_len != payload.size()) return make_error_code(wire::errc::bad_field);
+  auto e = reserve(header, payload);
   if (!e) return e.error();
   flush_direct();
   return outcome::success();
@@ -174,7 +186,7 @@ std::size_t tcp_transport::build_iovecs() noexcept {
   std::size_t n = 0;
   std::size_t bytes = 0;
   std::size_t skip = head_offset_;
-  for (std::size_t i = 0, idx = head_; i < count_ && n + 2 <= iov_.size(); ++i) {
+  for (std::size_t i = 0, idx = head_; i < count_ && n + 3 <= iov_.size(); ++i) {
     const entry& e = ring_[idx];
     if (skip < e.head_len) {
       iov_[n++] = {e.head + skip, e.head_len - skip};
@@ -186,6 +198,13 @@ std::size_t tcp_transport::build_iovecs() noexcept {
     if (e.payload.size() > skip) {
       iov_[n++] = {e.payload.data() + skip, e.payload.size() - skip};
       bytes += e.payload.size() - skip;
+      skip = 0;
+    } else {
+      skip -= e.payload.size();
+    }
+    if (e.more.size() > skip) {
+      iov_[n++] = {e.more.data() + skip, e.more.size() - skip};
+      bytes += e.more.size() - skip;
     }
     skip = 0;
     idx = idx + 1 == ring_.size() ? 0 : idx + 1;
@@ -217,13 +236,14 @@ void tcp_transport::advance(std::size_t n) noexcept {
   queued_bytes_ -= n;
   while (n > 0 && count_ > 0) {
     entry& e = ring_[head_];
-    const std::size_t left = e.head_len + e.payload.size() - head_offset_;
+    const std::size_t left = e.head_len + e.payload.size() + e.more.size() - head_offset_;
     if (n < left) {
       head_offset_ += n;
       return;
     }
     n -= left;
     e.payload.reset();  // the block goes back to its pool once the bytes are on the wire
+    e.more.reset();
     head_offset_ = 0;
     head_ = head_ + 1 == ring_.size() ? 0 : head_ + 1;
     --count_;
@@ -421,6 +441,7 @@ void tcp_transport::maybe_finish() noexcept {
   state_ = state::closed;
   for (; count_ > 0; --count_) {
     ring_[head_].payload.reset();
+    ring_[head_].more.reset();
     head_ = head_ + 1 == ring_.size() ? 0 : head_ + 1;
   }
   queued_bytes_ = 0;

@@ -103,6 +103,9 @@ class tcp_transport final : public transport, private loop_poller {
 
   /// Queues the frame (see transport::send); on an idle socket it is written at once (direct_send).
   result<void> send(const wire::frame_header& header, buffer_slice payload) override;
+  /// As send(), gathered from both parts by the same sendmsg(2) (three iovecs a frame).
+  result<void> send_parts(const wire::frame_header& header, buffer_slice first,
+                          buffer_slice second) override;
   /// As send(), the payload copied into the entry right after its header: at most copy_bytes,
   /// else std::errc::message_size.
   result<void> send_copy(const wire::frame_header& header,
@@ -128,11 +131,13 @@ class tcp_transport final : public transport, private loop_poller {
  private:
   enum class state : std::uint8_t { open, closing, closed };
 
-  // One queued frame: `head_len` bytes (prefix, header, copied payload) at `head`, then `payload`.
+  // One queued frame: `head_len` bytes (prefix, header, copied payload) at `head`, then
+  // `payload`, then `more` (a payload sent in two parts).
   struct entry {
     std::byte* head = nullptr;
     std::uint32_t head_len = 0;
     buffer_slice payload;
+    buffer_slice more;
   };
 
   struct send_op final : io_op {
@@ -146,8 +151,7 @@ class tcp_transport final : public transport, private loop_poller {
     tcp_transport& owner;
   };
 
-  result<entry*> reserve(const wire::frame_header& header, std::span<const std::byte> payload,
-                         std::size_t copy_len);
+  result<entry*> reserve(const wire::frame_header& header, std::span<const std::byte> copied);
   void flush();
   void flush_direct();
   std::size_t build_iovecs() noexcept;  // returns the bytes they hold

@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
+#include <vector>
 #include <system_error>
 
 #include "io/buffer.hpp"
@@ -58,6 +60,19 @@ class transport {
   /// errc::send_queue_full when the bounded queue is full (on_writable() follows), or with
   /// errc::transport_closed after the transport ended.
   virtual result<void> send(const wire::frame_header& header, buffer_slice payload) = 0;
+
+  /// As send(), the payload in two parts: `first` then `second` (header.payload_len bytes in
+  /// all), neither copied where the transport can gather them (TCP, shared memory): a frame
+  /// that starts with a small header block and goes on in memory lent by the caller. Elsewhere
+  /// both are copied into one frame (send_copy).
+  virtual result<void> send_parts(const wire::frame_header& header, buffer_slice first,
+                                  buffer_slice second) {
+    if (second.empty()) return send(header, std::move(first));
+    std::vector<std::byte> joined(first.size() + second.size());
+    if (!first.empty()) std::memcpy(joined.data(), first.data(), first.size());
+    std::memcpy(joined.data() + first.size(), second.data(), second.size());
+    return send_copy(header, joined);
+  }
 
   /// Queues one frame whose payload is copied into the send queue's own storage: for small
   /// payloads (control frames, tests), where a copy costs less than a pooled block.

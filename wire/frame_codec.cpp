@@ -423,6 +423,19 @@ result<std::array<iovec, 2>> frame_encoder::encode(const frame_header& header,
                                                    std::span<const std::byte> payload) noexcept {
   out_len_ = 0;
   if (payload.size() != header.payload_len) return errc::bad_field;
+  VESSEL_TRY(encode_header(header));
+  std::array<iovec, 2> iov{};
+  iov[0].iov_base = out_.data() + 4;
+  iov[0].iov_len = out_len_;
+  // iovec has no const flavour; writev only reads the payload.
+  iov[1].iov_base = const_cast<std::byte*>(payload.data());
+  iov[1].iov_len = payload.size();
+  return iov;
+}
+
+result<std::span<const std::byte>> frame_encoder::encode_header(
+    const frame_header& header) noexcept {
+  out_len_ = 0;
   if (header.body.valueless_by_exception()) return errc::bad_field;
   std::size_t words = 0;
   if (const auto* data = std::get_if<data_fields>(&header.body)) {
@@ -442,13 +455,7 @@ result<std::array<iovec, 2>> frame_encoder::encode(const frame_header& header,
   store_le32(out_.data() + 8, 0);  // segment count - 1
   store_le32(out_.data() + 12, static_cast<std::uint32_t>(words));
   out_len_ = prefix_bytes + header_len;
-  std::array<iovec, 2> iov{};
-  iov[0].iov_base = out_.data() + 4;
-  iov[0].iov_len = out_len_;
-  // iovec has no const flavour; writev only reads the payload.
-  iov[1].iov_base = const_cast<std::byte*>(payload.data());
-  iov[1].iov_len = payload.size();
-  return iov;
+  return header_bytes();
 }
 
 std::span<const std::byte> frame_encoder::header_bytes() const noexcept {

@@ -50,6 +50,10 @@ class frame_encoder {
   result<std::array<iovec, 2>> encode(const frame_header& header,
                                       std::span<const std::byte> payload) noexcept;
 
+  /// Encodes `header` alone (its payload, header.payload_len bytes, travels apart: in two
+  /// parts, say). Returns the prefix and header bytes, valid as encode()'s.
+  result<std::span<const std::byte>> encode_header(const frame_header& header) noexcept;
+
   /// The prefix and header bytes of the last successful encode (empty before one).
   std::span<const std::byte> header_bytes() const noexcept;
 

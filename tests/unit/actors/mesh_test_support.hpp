@@ -93,7 +93,8 @@ struct planned {
   std::uint32_t dst;
   std::uint64_t tag;
   std::size_t size;    ///< >= 16
-  bool split = false;  ///< sent as a head of one fragment and a tail (mesh::send's split form)
+  bool split = false;  ///< sent as a head and a tail (mesh::send's split form)
+  std::size_t head = 0;  ///< split: the head's bytes (< size; 0: one fragment)
 };
 
 /// A mesh on its own reactor, with an observer that checks and releases what arrives and a
@@ -281,7 +282,8 @@ class node final : public mesh_observer {
       const planned& p = q.front();
       io::buffer block = mesh_->pool().try_acquire(p.size);
       // A split message's tail lies in memory of its own (a second block), as a lender's would.
-      const std::size_t head = p.split ? mesh_->fragment_bytes() : p.size;
+      const std::size_t head =
+          !p.split ? p.size : p.head != 0 ? p.head : mesh_->fragment_bytes();
       io::buffer tail = p.split ? mesh_->pool().try_acquire(p.size - head) : io::buffer{};
       if (!block || (p.split && !tail)) {  // the pool is busy with messages in flight: retry
         if (!retry_armed_[dst]) {

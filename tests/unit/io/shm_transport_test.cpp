@@ -14,7 +14,9 @@
 #include <sys/mman.h>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
+#include "io/buffer_pool.hpp"
 #include "io/errc.hpp"
 #include "io/shm_ring.hpp"
 #include "io/shm_segment.hpp"
@@ -157,6 +159,76 @@ TEST(shm_transport, frames_of_odd_sizes_wrap_the_ring_in_order_and_intact) {
   EXPECT_EQ(got.bytes, sent.bytes);
   EXPECT_GT(shm_test::run_on(*a.r, [&] { return a.t->stats().send_queue_full; }), 0u)
       << "a 4 KiB ring must have pushed back at least once";
+}
+
+// send_parts: a payload from two slices of different blocks, cut anywhere (either part may be
+// empty), inline and through the area, wrapping the ring: each frame arrives whole (its CRC is
+// over both parts), in order.
+TEST(shm_transport, a_payload_sent_in_two_parts_arrives_joined) {
+  constexpr std::uint64_t frames = 5000;
+  auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
+  side a, b;
+  a.open(std::move(ca), small_config());
+  b.open(std::move(cb), small_config());
+  buffer_pool pool{buffer_pool_config{{{8192, 2}}, true}};
+  buffer head_block = pool.try_acquire(8192);
+  buffer tail_block = pool.try_acquire(8192);
+  const auto& pat = shm_test::pattern();
+  std::memcpy(head_block.data(), pat.data(), 8192);
+  std::memcpy(tail_block.data(), pat.data() + 8192, 8192);
+
+  std::promise<shm_test::digest> received;
+  shm_test::digest rx;
+  std::uint64_t expected = 0;
+  bool order_ok = true;
+  b.h.frame = [&](const wire::frame_header& h, std::span<const std::byte> payload) {
+    if (h.kind() == wire::frame_kind::heartbeat) {
+      received.set_value(rx);
+      return;
+    }
+    order_ok = order_ok && h.seq == expected++ && h.crc32c == wire::crc32c(payload) &&
+               h.payload_len == payload.size();
+    rx.add(h.seq, payload);
+  };
+  shm_test::digest tx;
+  std::uint64_t next = 0;
+  std::vector<std::byte> joined;
+  std::function<void()> pump = [&] {
+    while (next <= frames) {
+      result<void> sent = outcome::success();
+      if (next == frames) {
+        sent = a.t->send_copy(shm_test::end_header(next), {});
+      } else {
+        const std::size_t len = (next * 7919) % 1999 + 1;
+        const std::size_t cut = next % 5 == 0 ? 0 : next % 5 == 1 ? len : (next * 31) % (len + 1);
+        auto first = head_block.slice(next % 97, cut);
+        auto second = tail_block.slice(next % 89, len - cut);
+        joined.assign(first.bytes().begin(), first.bytes().end());
+        joined.insert(joined.end(), second.bytes().begin(), second.bytes().end());
+        sent = a.t->send_parts(shm_test::data_header(next, len, wire::crc32c(joined)),
+                               std::move(first), std::move(second));
+        if (sent) tx.add(next, joined);
+      }
+      if (!sent) {
+        ASSERT_EQ(sent.error(), errc::send_queue_full);
+        return;  // on_writable() calls pump again
+      }
+      ++next;
+    }
+  };
+  a.h.writable = pump;
+  b.start();
+  a.start();
+  shm_test::run_on(*a.r, pump);
+
+  auto done = received.get_future();
+  ASSERT_EQ(done.wait_for(60s), std::future_status::ready);
+  const auto got = done.get();
+  const auto sent = shm_test::run_on(*a.r, [&] { return tx; });  // see the test above
+  EXPECT_TRUE(order_ok);
+  EXPECT_EQ(got.frames, frames);
+  EXPECT_EQ(got.value, sent.value);
+  EXPECT_EQ(got.bytes, sent.bytes);
 }
 
 TEST(shm_transport, payload_over_half_the_area_is_refused_at_once_and_half_the_area_always_fits) {
