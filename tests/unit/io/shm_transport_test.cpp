@@ -99,83 +99,17 @@ TEST(shm_connector, abstract_listener_hands_segments_over_and_leaves_no_file) {
   EXPECT_EQ(::access(("/tmp/" + name).c_str(), F_OK), -1);
 }
 
-TEST(shm_transport, frames_of_odd_sizes_wrap_the_ring_in_order_and_intact) {
-  constexpr std::uint64_t frames = 20000;
+/// Sends `frames` data frames of sizes 1..1999 (many odd, crossing inline_max both ways: records
+/// of every length meet the ring's end, so every wrap case happens), frame i through
+/// send(a, i, len, tx), which adds what it sent to tx; then checks that b got them all, in order,
+/// intact (each header's CRC over its payload). Returns the sender's pushbacks.
+using frame_sender = std::function<result<void>(side& a, std::uint64_t index, std::size_t len,
+                                                shm_test::digest& tx)>;
+std::uint64_t stream_odd_sizes(std::uint64_t frames, const frame_sender& send) {
   auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
   side a, b;
   a.open(std::move(ca), small_config());
   b.open(std::move(cb), small_config());
-
-  std::promise<shm_test::digest> received;
-  shm_test::digest rx;
-  std::uint64_t expected = 0;
-  bool order_ok = true;
-  b.h.frame = [&](const wire::frame_header& h, std::span<const std::byte> payload) {
-    if (h.kind() == wire::frame_kind::heartbeat) {
-      received.set_value(rx);
-      return;
-    }
-    order_ok = order_ok && h.seq == expected++ && h.crc32c == wire::crc32c(payload);
-    rx.add(h.seq, payload);
-  };
-
-  shm_test::digest tx;
-  std::uint64_t next = 0;
-  const auto& pat = shm_test::pattern();
-  // Sizes 1..1999, many odd, crossing inline_max (300) both ways: records of every length meet
-  // the ring's end, so every wrap case (pad record, exact fit, area skip) happens.
-  std::function<void()> pump = [&] {
-    while (next <= frames) {
-      result<void> sent = outcome::success();
-      if (next == frames) {
-        sent = a.t->send_copy(shm_test::end_header(next), {});
-      } else {
-        const std::size_t len = (next * 7919) % 1999 + 1;
-        std::span<const std::byte> payload{pat.data() + (next * 131) % (pat.size() - 2000), len};
-        sent = a.t->send_copy(shm_test::data_header(next, len, wire::crc32c(payload)), payload);
-        if (sent) tx.add(next, payload);
-      }
-      if (!sent) {
-        ASSERT_EQ(sent.error(), errc::send_queue_full);
-        return;  // on_writable() calls pump again
-      }
-      ++next;
-    }
-  };
-  a.h.writable = pump;
-  b.start();
-  a.start();
-  shm_test::run_on(*a.r, pump);
-
-  auto done = received.get_future();
-  ASSERT_EQ(done.wait_for(60s), std::future_status::ready);
-  const auto got = done.get();
-  // Read on a's thread: the ring's release/acquire pairs sit at different addresses in the two
-  // mappings, so they give TSan no happens-before edge from a's thread to this one.
-  const auto sent = shm_test::run_on(*a.r, [&] { return tx; });
-  EXPECT_TRUE(order_ok);
-  EXPECT_EQ(got.frames, frames);
-  EXPECT_EQ(got.value, sent.value);
-  EXPECT_EQ(got.bytes, sent.bytes);
-  EXPECT_GT(shm_test::run_on(*a.r, [&] { return a.t->stats().send_queue_full; }), 0u)
-      << "a 4 KiB ring must have pushed back at least once";
-}
-
-// send_parts: a payload from two slices of different blocks, cut anywhere (either part may be
-// empty), inline and through the area, wrapping the ring: each frame arrives whole (its CRC is
-// over both parts), in order.
-TEST(shm_transport, a_payload_sent_in_two_parts_arrives_joined) {
-  constexpr std::uint64_t frames = 5000;
-  auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
-  side a, b;
-  a.open(std::move(ca), small_config());
-  b.open(std::move(cb), small_config());
-  buffer_pool pool{buffer_pool_config{{{8192, 2}}, true}};
-  buffer head_block = pool.try_acquire(8192);
-  buffer tail_block = pool.try_acquire(8192);
-  const auto& pat = shm_test::pattern();
-  std::memcpy(head_block.data(), pat.data(), 8192);
-  std::memcpy(tail_block.data(), pat.data() + 8192, 8192);
 
   std::promise<shm_test::digest> received;
   shm_test::digest rx;
@@ -190,27 +124,16 @@ TEST(shm_transport, a_payload_sent_in_two_parts_arrives_joined) {
                h.payload_len == payload.size();
     rx.add(h.seq, payload);
   };
+
   shm_test::digest tx;
   std::uint64_t next = 0;
-  std::vector<std::byte> joined;
   std::function<void()> pump = [&] {
     while (next <= frames) {
-      result<void> sent = outcome::success();
-      if (next == frames) {
-        sent = a.t->send_copy(shm_test::end_header(next), {});
-      } else {
-        const std::size_t len = (next * 7919) % 1999 + 1;
-        const std::size_t cut = next % 5 == 0 ? 0 : next % 5 == 1 ? len : (next * 31) % (len + 1);
-        auto first = head_block.slice(next % 97, cut);
-        auto second = tail_block.slice(next % 89, len - cut);
-        joined.assign(first.bytes().begin(), first.bytes().end());
-        joined.insert(joined.end(), second.bytes().begin(), second.bytes().end());
-        sent = a.t->send_parts(shm_test::data_header(next, len, wire::crc32c(joined)),
-                               std::move(first), std::move(second));
-        if (sent) tx.add(next, joined);
-      }
+      const result<void> sent = next == frames
+                                    ? a.t->send_copy(shm_test::end_header(next), {})
+                                    : send(a, next, (next * 7919) % 1999 + 1, tx);
       if (!sent) {
-        ASSERT_EQ(sent.error(), errc::send_queue_full);
+        EXPECT_EQ(sent.error(), errc::send_queue_full);
         return;  // on_writable() calls pump again
       }
       ++next;
@@ -222,13 +145,53 @@ TEST(shm_transport, a_payload_sent_in_two_parts_arrives_joined) {
   shm_test::run_on(*a.r, pump);
 
   auto done = received.get_future();
-  ASSERT_EQ(done.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(done.wait_for(60s), std::future_status::ready);
+  if (done.wait_for(0s) != std::future_status::ready) return 0;
   const auto got = done.get();
-  const auto sent = shm_test::run_on(*a.r, [&] { return tx; });  // see the test above
+  // Read on a's thread: the ring's release/acquire pairs sit at different addresses in the two
+  // mappings, so they give TSan no happens-before edge from a's thread to this one.
+  const auto sent = shm_test::run_on(*a.r, [&] { return tx; });
   EXPECT_TRUE(order_ok);
   EXPECT_EQ(got.frames, frames);
   EXPECT_EQ(got.value, sent.value);
   EXPECT_EQ(got.bytes, sent.bytes);
+  return shm_test::run_on(*a.r, [&] { return a.t->stats().send_queue_full; });
+}
+
+TEST(shm_transport, frames_of_odd_sizes_wrap_the_ring_in_order_and_intact) {
+  const auto& pat = shm_test::pattern();
+  const std::uint64_t pushbacks = stream_odd_sizes(
+      20000, [&](side& a, std::uint64_t i, std::size_t len, shm_test::digest& tx) {
+        std::span<const std::byte> payload{pat.data() + (i * 131) % (pat.size() - 2000), len};
+        auto sent = a.t->send_copy(shm_test::data_header(i, len, wire::crc32c(payload)), payload);
+        if (sent) tx.add(i, payload);
+        return sent;
+      });
+  EXPECT_GT(pushbacks, 0u) << "a 4 KiB ring must have pushed back at least once";
+}
+
+// send_parts: a payload from two slices of different blocks, cut anywhere (either part may be
+// empty), inline and through the area, wrapping the ring: each frame arrives whole (its CRC is
+// over both parts), in order.
+TEST(shm_transport, a_payload_sent_in_two_parts_arrives_joined) {
+  buffer_pool pool{buffer_pool_config{{{8192, 2}}, true}};
+  buffer head_block = pool.try_acquire(8192);
+  buffer tail_block = pool.try_acquire(8192);
+  const auto& pat = shm_test::pattern();
+  std::memcpy(head_block.data(), pat.data(), 8192);
+  std::memcpy(tail_block.data(), pat.data() + 8192, 8192);
+  std::vector<std::byte> joined;
+  stream_odd_sizes(5000, [&](side& a, std::uint64_t i, std::size_t len, shm_test::digest& tx) {
+    const std::size_t cut = i % 5 == 0 ? 0 : i % 5 == 1 ? len : (i * 31) % (len + 1);
+    auto first = head_block.slice(i % 97, cut);
+    auto second = tail_block.slice(i % 89, len - cut);
+    joined.assign(first.bytes().begin(), first.bytes().end());
+    joined.insert(joined.end(), second.bytes().begin(), second.bytes().end());
+    auto sent = a.t->send_parts(shm_test::data_header(i, len, wire::crc32c(joined)),
+                                std::move(first), std::move(second));
+    if (sent) tx.add(i, joined);
+    return sent;
+  });
 }
 
 TEST(shm_transport, payload_over_half_the_area_is_refused_at_once_and_half_the_area_always_fits) {

@@ -78,6 +78,36 @@ struct server {
   }
 };
 
+/// Eight 1 MiB blocks of `pool`, each filled with its own pattern (seeds from `seed`).
+std::vector<buffer> patterned_blocks(buffer_pool& pool, int seed) {
+  std::vector<buffer> blocks;
+  for (int i = 0; i < 8; ++i) {
+    blocks.push_back(pool.try_acquire(1u << 20));
+    const auto p = test::payload_for(seed + i, 1u << 20);
+    std::memcpy(blocks.back().data(), p.data(), p.size());
+  }
+  return blocks;
+}
+
+/// What the receiving side counts of a stream: frames in seq order, bytes, their CRC32C; `all`
+/// is set once `total` bytes are in. Runs on the reactor thread (install before the start).
+struct stream_check {
+  explicit stream_check(std::uint64_t bytes_expected) : total{bytes_expected} {}
+  std::uint64_t total;
+  std::uint32_t crc = 0;
+  std::uint64_t bytes = 0, seq = 0;
+  std::promise<void> all;
+  void attach(recorder& r) {
+    r.frame_fn = [this](const wire::frame_header& h, std::span<const std::byte> p) {
+      EXPECT_EQ(h.seq, seq++);
+      EXPECT_EQ(h.payload_len, p.size());
+      crc = wire::crc32c_extend(crc, p);
+      bytes += p.size();
+      if (bytes == total) all.set_value();
+    };
+  }
+};
+
 TEST(tcp_transport, echoes_frames_written_and_read_in_random_splits) {
   reactor_thread rt;
   tcp_transport_options opts;
@@ -165,22 +195,9 @@ TEST(tcp_transport, streams_a_gibibyte_with_equal_checksums) {
   reactor_thread rt;
   server srv{rt.get()};
   buffer_pool pool{buffer_pool_config{{{1u << 20, 8}}, true}};
-  std::vector<buffer> blocks;
-  for (int i = 0; i < 8; ++i) {
-    blocks.push_back(pool.try_acquire(1u << 20));
-    const auto p = test::payload_for(1000 + i, 1u << 20);
-    std::memcpy(blocks.back().data(), p.data(), p.size());
-  }
-
-  std::uint32_t rx_crc = 0;
-  std::uint64_t rx_bytes = 0, rx_seq = 0;
-  std::promise<void> received;
-  srv.handler.frame_fn = [&](const wire::frame_header& h, std::span<const std::byte> p) {
-    EXPECT_EQ(h.seq, rx_seq++);
-    rx_crc = wire::crc32c_extend(rx_crc, p);
-    rx_bytes += p.size();
-    if (rx_bytes == total) received.set_value();
-  };
+  std::vector<buffer> blocks = patterned_blocks(pool, 1000);
+  stream_check rx{total};
+  rx.attach(srv.handler);
 
   tcp_connector connector{rt.get()};
   recorder client_handler;
@@ -218,16 +235,16 @@ TEST(tcp_transport, streams_a_gibibyte_with_equal_checksums) {
       pump();
     }));
   });
-  auto done = received.get_future();
+  auto done = rx.all.get_future();
   test::wait_or_fail(done, 50s);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("streamed %llu MiB in %.2f s (%.2f GB/s), %llu queue-full events\n",
               static_cast<unsigned long long>(total >> 20), secs, total / secs / 1e9,
               static_cast<unsigned long long>(full_events));
   rt.run([&] {
-    EXPECT_EQ(rx_bytes, total);
-    EXPECT_EQ(rx_crc, tx_crc);
-    EXPECT_EQ(rx_seq, tx_seq);
+    EXPECT_EQ(rx.bytes, total);
+    EXPECT_EQ(rx.crc, tx_crc);
+    EXPECT_EQ(rx.seq, tx_seq);
     EXPECT_GT(full_events, 0u) << "the queue bound never pushed back";
     EXPECT_LE(client->stats().send_queue_high_water, tcp_transport_options{}.send_queue_bytes);
     client->close();
@@ -247,22 +264,9 @@ TEST(tcp_transport, gathers_a_payload_sent_in_two_parts) {
   reactor_thread rt;
   server srv{rt.get()};
   buffer_pool pool{buffer_pool_config{{{1u << 20, 8}}, true}};
-  std::vector<buffer> blocks;
-  for (int i = 0; i < 8; ++i) {
-    blocks.push_back(pool.try_acquire(1u << 20));
-    const auto p = test::payload_for(2000 + i, 1u << 20);
-    std::memcpy(blocks.back().data(), p.data(), p.size());
-  }
-  std::uint32_t rx_crc = 0;
-  std::uint64_t rx_bytes = 0, rx_seq = 0;
-  std::promise<void> received;
-  srv.handler.frame_fn = [&](const wire::frame_header& h, std::span<const std::byte> p) {
-    EXPECT_EQ(h.seq, rx_seq++);
-    EXPECT_EQ(h.payload_len, p.size());
-    rx_crc = wire::crc32c_extend(rx_crc, p);
-    rx_bytes += p.size();
-    if (rx_bytes == total) received.set_value();
-  };
+  std::vector<buffer> blocks = patterned_blocks(pool, 2000);
+  stream_check rx{total};
+  rx.attach(srv.handler);
 
   tcp_connector connector{rt.get()};
   recorder client_handler;
@@ -312,12 +316,12 @@ TEST(tcp_transport, gathers_a_payload_sent_in_two_parts) {
       pump();
     }));
   });
-  auto done = received.get_future();
+  auto done = rx.all.get_future();
   test::wait_or_fail(done, 50s);
   rt.run([&] {
-    EXPECT_EQ(rx_bytes, total);
-    EXPECT_EQ(rx_crc, tx_crc);
-    EXPECT_EQ(rx_seq, tx_seq);
+    EXPECT_EQ(rx.bytes, total);
+    EXPECT_EQ(rx.crc, tx_crc);
+    EXPECT_EQ(rx.seq, tx_seq);
     EXPECT_GT(full_events, 0u) << "the queue bound never pushed back";
     EXPECT_EQ(client->stats().frames_sent, tx_seq);
     client->close();
