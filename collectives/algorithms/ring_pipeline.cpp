@@ -187,16 +187,24 @@ result<void> ring_pipeline::apply(std::uint32_t step, std::uint32_t chunk, byte_
   return outcome::success();
 }
 
+std::optional<byte_range> ring_pipeline::incoming(std::uint32_t peer, std::uint32_t step,
+                                                  std::uint32_t chunk) const noexcept {
+  if (peer != left_ || params_.size < 2 || step >= steps()) return std::nullopt;
+  const byte_range b = block(block_received(step));
+  if (chunk >= chunk_count(b.bytes, granule_)) return std::nullopt;
+  const byte_range where = chunk_of(b, granule_, chunk);
+  if (where.bytes == 0) return std::nullopt;
+  return where;
+}
+
 std::span<std::byte> ring_pipeline::landing(std::uint32_t peer, std::uint32_t step,
                                             std::uint32_t chunk) const noexcept {
   // A copying step's block is written by nothing else: every chunk of it arrives once, from the
   // left, and the ring consumes it whenever it comes (after start(), which posts no receive).
-  if (peer != left_ || params_.size < 2 || step >= steps() || is_reducing_step(step)) return {};
-  const byte_range b = block(block_received(step));
-  if (chunk >= chunk_count(b.bytes, granule_)) return {};
-  const byte_range where = chunk_of(b, granule_, chunk);
-  if (where.bytes == 0 || where.offset + where.bytes > buffers_.output.size()) return {};
-  return buffers_.output.subspan(where.offset, where.bytes);
+  if (is_reducing_step(step)) return {};
+  const std::optional<byte_range> where = incoming(peer, step, chunk);
+  if (!where || where->offset + where->bytes > buffers_.output.size()) return {};
+  return buffers_.output.subspan(where->offset, where->bytes);
 }
 
 reduce_landing ring_pipeline::reducing_landing(std::uint32_t peer, std::uint32_t step,
@@ -204,21 +212,20 @@ reduce_landing ring_pipeline::reducing_landing(std::uint32_t peer, std::uint32_t
   // As landing(): each chunk of a reducing step comes once, from the left, and is consumed
   // whenever it comes. Not reduce_scatter's forwarded steps, which reduce into the one chunk of
   // scratch that every chunk reuses; not in place, where the operand is the place itself.
-  if (!input_apart_ || peer != left_ || params_.size < 2 || step >= steps() ||
-      !is_reducing_step(step) || (kind_ == kind::reduce_scatter && step + 1 < steps())) {
+  if (!input_apart_ || !is_reducing_step(step) ||
+      (kind_ == kind::reduce_scatter && step + 1 < steps())) {
     return {};
   }
-  const byte_range b = block(block_received(step));
-  if (chunk >= chunk_count(b.bytes, granule_)) return {};
-  const byte_range where = chunk_of(b, granule_, chunk);
+  const std::optional<byte_range> where = incoming(peer, step, chunk);
+  if (!where) return {};
   const std::size_t at =
-      kind_ == kind::reduce_scatter ? where.offset - block(params_.rank).offset : where.offset;
-  if (where.bytes == 0 || at + where.bytes > buffers_.output.size() ||
-      where.offset + where.bytes > buffers_.input.size()) {
+      kind_ == kind::reduce_scatter ? where->offset - block(params_.rank).offset : where->offset;
+  if (at + where->bytes > buffers_.output.size() ||
+      where->offset + where->bytes > buffers_.input.size()) {
     return {};
   }
-  return {buffers_.output.subspan(at, where.bytes),
-          buffers_.input.subspan(where.offset, where.bytes)};
+  return {buffers_.output.subspan(at, where->bytes),
+          buffers_.input.subspan(where->offset, where->bytes)};
 }
 
 std::uint32_t ring_pipeline::waiting_for(std::vector<std::uint32_t>& peers) const {

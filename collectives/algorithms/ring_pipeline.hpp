@@ -14,6 +14,7 @@
 // every rank. With FIFO links a ring never needs not_yet once started.
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "collectives/algorithms/algorithm.hpp"
@@ -51,6 +52,10 @@ class ring_pipeline : public algorithm {
   std::uint32_t block_received(std::uint32_t step) const noexcept;
   /// Block b's bytes in the layout of the full vector.
   byte_range block(std::uint32_t b) const noexcept;
+  /// Where chunk (`peer`, `step`, `chunk`) lies in the full vector, if it is one the ring
+  /// receives (from the left, a step and chunk that exist, not empty).
+  std::optional<byte_range> incoming(std::uint32_t peer, std::uint32_t step,
+                                     std::uint32_t chunk) const noexcept;
   result<void> apply(std::uint32_t step, std::uint32_t chunk, byte_range where,
                      std::span<const std::byte> data, std::vector<send_step>& out);
   void send_chunk(std::uint32_t step, std::uint32_t chunk, buffer_id buffer, std::size_t offset,

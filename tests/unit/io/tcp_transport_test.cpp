@@ -78,6 +78,29 @@ struct server {
   }
 };
 
+/// A tcp_transport dialled to `srv`, which connect() starts on the reactor; `on_up` runs there
+/// once the connection is up.
+struct dialled_client {
+  explicit dialled_client(reactor& r) : connector{r} {}
+  tcp_connector connector;
+  recorder handler;
+  std::unique_ptr<tcp_transport> transport;
+
+  void connect(reactor_thread& rt, server& srv, std::function<void()> on_up) {
+    rt.run([&] {
+      const auto port = srv.start(rt.get());
+      ASSERT_TRUE(connector.connect(socket_address::loopback_v4(port), {},
+                                    [this, &rt, up = std::move(on_up)](result<int> fd) {
+                                      ASSERT_TRUE(fd) << fd.error().message();
+                                      transport = std::make_unique<tcp_transport>(
+                                          rt.get(), fd.value(), handler);
+                                      transport->start();
+                                      up();
+                                    }));
+    });
+  }
+};
+
 /// Eight 1 MiB blocks of `pool`, each filled with its own pattern (seeds from `seed`).
 std::vector<buffer> patterned_blocks(buffer_pool& pool, int seed) {
   std::vector<buffer> blocks;
@@ -199,9 +222,8 @@ TEST(tcp_transport, streams_a_gibibyte_with_equal_checksums) {
   stream_check rx{total};
   rx.attach(srv.handler);
 
-  tcp_connector connector{rt.get()};
-  recorder client_handler;
-  std::unique_ptr<tcp_transport> client;
+  dialled_client cl{rt.get()};
+  auto& client = cl.transport;
   std::uint32_t tx_crc = 0;
   std::uint64_t tx_bytes = 0, tx_seq = 0, full_events = 0;
   std::function<void()> pump = [&] {
@@ -223,18 +245,10 @@ TEST(tcp_transport, streams_a_gibibyte_with_equal_checksums) {
       ++tx_seq;
     }
   };
-  client_handler.writable_fn = [&] { pump(); };
+  cl.handler.writable_fn = [&] { pump(); };
 
   const auto started = std::chrono::steady_clock::now();
-  rt.run([&] {
-    const auto port = srv.start(rt.get());
-    ASSERT_TRUE(connector.connect(socket_address::loopback_v4(port), {}, [&](result<int> fd) {
-      ASSERT_TRUE(fd) << fd.error().message();
-      client = std::make_unique<tcp_transport>(rt.get(), fd.value(), client_handler);
-      client->start();
-      pump();
-    }));
-  });
+  cl.connect(rt, srv, [&] { pump(); });
   auto done = rx.all.get_future();
   test::wait_or_fail(done, 50s);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -249,7 +263,7 @@ TEST(tcp_transport, streams_a_gibibyte_with_equal_checksums) {
     EXPECT_LE(client->stats().send_queue_high_water, tcp_transport_options{}.send_queue_bytes);
     client->close();
   });
-  auto closed = client_handler.closed.get_future();
+  auto closed = cl.handler.closed.get_future();
   EXPECT_EQ(test::wait_or_fail(closed), make_error_code(errc::transport_closed));
   auto srv_closed = srv.handler.closed.get_future();
   EXPECT_EQ(test::wait_or_fail(srv_closed), make_error_code(errc::connection_closed));
@@ -268,9 +282,8 @@ TEST(tcp_transport, gathers_a_payload_sent_in_two_parts) {
   stream_check rx{total};
   rx.attach(srv.handler);
 
-  tcp_connector connector{rt.get()};
-  recorder client_handler;
-  std::unique_ptr<tcp_transport> client;
+  dialled_client cl{rt.get()};
+  auto& client = cl.transport;
   std::mt19937 rng{4242};
   std::uint32_t tx_crc = 0;
   std::uint64_t tx_bytes = 0, tx_seq = 0, full_events = 0;
@@ -302,19 +315,13 @@ TEST(tcp_transport, gathers_a_payload_sent_in_two_parts) {
       len = 0;
     }
   };
-  client_handler.writable_fn = [&] { pump(); };
-  rt.run([&] {
-    const auto port = srv.start(rt.get());
-    ASSERT_TRUE(connector.connect(socket_address::loopback_v4(port), {}, [&](result<int> fd) {
-      ASSERT_TRUE(fd) << fd.error().message();
-      client = std::make_unique<tcp_transport>(rt.get(), fd.value(), client_handler);
-      client->start();
-      // A size that does not add up is refused before anything is queued.
-      auto bad = client->send_parts(test::data_header(99, 10), blocks[0].slice(0, 4),
-                                    blocks[1].slice(0, 5));
-      EXPECT_FALSE(bad);
-      pump();
-    }));
+  cl.handler.writable_fn = [&] { pump(); };
+  cl.connect(rt, srv, [&] {
+    // A size that does not add up is refused before anything is queued.
+    auto bad = client->send_parts(test::data_header(99, 10), blocks[0].slice(0, 4),
+                                  blocks[1].slice(0, 5));
+    EXPECT_FALSE(bad);
+    pump();
   });
   auto done = rx.all.get_future();
   test::wait_or_fail(done, 50s);
@@ -326,7 +333,7 @@ TEST(tcp_transport, gathers_a_payload_sent_in_two_parts) {
     EXPECT_EQ(client->stats().frames_sent, tx_seq);
     client->close();
   });
-  auto closed = client_handler.closed.get_future();
+  auto closed = cl.handler.closed.get_future();
   EXPECT_EQ(test::wait_or_fail(closed), make_error_code(errc::transport_closed));
   rt.get().stop();
 }

@@ -236,16 +236,27 @@ struct adding_combiner {
   }
 };
 
-TEST(reassembler, a_combined_body_is_folded_into_the_destination_fragment_by_fragment) {
-  // 16-byte head copied, the body combined with an operand: dst = operand + arriving.
-  const message m{10'000, 1'000, 21};
-  const std::vector<std::byte> operand = random_bytes(10'000 - 16, 22);
+// A 10'000-byte message in 1'000-byte fragments, begun with a 16-byte head (copied) and a body
+// combined with `operand` by an adding_combiner: body = operand + arriving.
+struct combined_message {
+  message m;
+  std::vector<std::byte> operand;
   destination head{16};
   destination body{10'000 - 16};
   adding_combiner add;
   reassembler r;
-  ASSERT_TRUE(r.begin(6, 10'000, m.layout.count(), head.span().first(16), body.span(),
-                      add.combiner(operand)));
+  combined_message(std::uint64_t seed, std::vector<std::byte> operand_bytes)
+      : m{10'000, 1'000, seed}, operand(std::move(operand_bytes)) {}
+  result<void> begin(std::uint64_t id) {
+    return r.begin(id, 10'000, m.layout.count(), head.span().first(16), body.span(),
+                   add.combiner(operand));
+  }
+};
+
+TEST(reassembler, a_combined_body_is_folded_into_the_destination_fragment_by_fragment) {
+  combined_message c{21, random_bytes(10'000 - 16, 22)};
+  auto& [m, operand, head, body, add, r] = c;
+  ASSERT_TRUE(c.begin(6));
   auto order = m.indices();
   std::shuffle(order.begin(), order.end(), std::mt19937{23});
   deliver_all(r, m, order);
@@ -268,14 +279,9 @@ TEST(reassembler, a_combined_body_is_folded_into_the_destination_fragment_by_fra
 }
 
 TEST(reassembler, a_combined_body_names_no_place_to_receive_into_and_cannot_be_retargeted) {
-  const message m{10'000, 1'000, 24};
-  const std::vector<std::byte> operand(10'000 - 16, std::byte{1});
-  destination head{16};
-  destination body{10'000 - 16};
-  adding_combiner add;
-  reassembler r;
-  ASSERT_TRUE(r.begin(7, 10'000, m.layout.count(), head.span().first(16), body.span(),
-                      add.combiner(operand)));
+  combined_message c{24, std::vector<std::byte>(10'000 - 16, std::byte{1})};
+  auto& [m, operand, head, body, add, r] = c;
+  ASSERT_TRUE(c.begin(7));
   deliver_all(r, m, {0, 3});
   for (std::uint32_t i = 1; i < 10; ++i) {
     const fragment f = m.layout[i];
