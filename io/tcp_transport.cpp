@@ -1,6 +1,7 @@
 #include "io/tcp_transport.hpp"
 
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -31,19 +32,24 @@ constexpr std::size_t min_redirect_bytes = 32u << 10;
 
 }  // namespace
 
-bool peer_is_loopback(int fd) noexcept {
+bool peer_is_on_this_host(int fd) noexcept {
   sockaddr_storage peer{};
   socklen_t len = sizeof peer;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return false;
   if (peer.ss_family == AF_UNIX) return true;
+  sockaddr_storage self{};
+  len = sizeof self;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) != 0) return false;
   if (peer.ss_family == AF_INET) {
-    const auto& a = reinterpret_cast<const sockaddr_in&>(peer);
-    return (ntohl(a.sin_addr.s_addr) >> 24) == 127;
+    const auto& a = reinterpret_cast<const sockaddr_in&>(peer).sin_addr;
+    return (ntohl(a.s_addr) >> 24) == 127 ||
+           a.s_addr == reinterpret_cast<const sockaddr_in&>(self).sin_addr.s_addr;
   }
   if (peer.ss_family == AF_INET6) {
     const auto& a = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
     if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
-    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+    if (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127) return true;
+    return IN6_ARE_ADDR_EQUAL(&a, &reinterpret_cast<const sockaddr_in6&>(self).sin6_addr);
   }
   return false;
 }
@@ -57,13 +63,29 @@ tcp_transport::tcp_transport(reactor& r, int fd, transport_handler& handler,
       low_watermark_{options.low_watermark_bytes != 0 ? options.low_watermark_bytes
                                                       : options.send_queue_bytes / 2},
       slot_bytes_{header_room + ((options.copy_bytes + 7) & ~std::size_t{7})},
-      zero_copy_{peer_is_loopback(fd) ? zero_copy::never : options.send_zero_copy},
+      local_peer_{peer_is_on_this_host(fd)},
+      zero_copy_{local_peer_ ? zero_copy::never : options.send_zero_copy},
       readiness_{options.poll_when_lent && r.config().lendable},
       slab_{std::make_unique<std::byte[]>(slot_bytes_ * std::max<std::size_t>(options.send_queue_frames, 1))},
       ring_(std::max<std::size_t>(options.send_queue_frames, 1)),
       iov_(std::max<std::size_t>(options.max_iovecs, 3)),
       decoder_{options.limits} {
   for (std::size_t i = 0; i < ring_.size(); ++i) ring_[i].head = slab_.get() + i * slot_bytes_;
+  const std::string_view cc = options.local_congestion_control;
+  // An AF_UNIX socket has no congestion control to choose.
+  if (local_peer_ && !cc.empty() && congestion_control() != "" &&
+      ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(), static_cast<socklen_t>(cc.size())) !=
+          0) {
+    log::get("io").debug("tcp fd {}: congestion control '{}' refused ({}); keeping '{}'", fd, cc,
+                         std::strerror(errno), congestion_control());
+  }
+}
+
+std::string tcp_transport::congestion_control() const {
+  char name[16] = {};  // TCP_CA_NAME_MAX (linux/tcp.h)
+  socklen_t len = sizeof name;
+  if (fd_ < 0 || ::getsockopt(fd_, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return {};
+  return std::string(name, ::strnlen(name, len));
 }
 
 tcp_transport::~tcp_transport() {

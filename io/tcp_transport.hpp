@@ -32,6 +32,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -43,10 +45,10 @@
 
 namespace vessel::io {
 
-/// True when `fd`'s peer is on this host by construction: AF_UNIX, 127.0.0.0/8, ::1 or
-/// ::ffff:127.0.0.0/104. (A peer reached through one of this host's own non-loopback addresses
-/// also travels over loopback, but telling that needs the interface list: not checked.)
-bool peer_is_loopback(int fd) noexcept;
+/// True when `fd`'s peer is on this host: AF_UNIX, 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104, or
+/// a peer reached through one of this host's own addresses (the connection's two ends have the
+/// same IP: its bytes travel over loopback too).
+bool peer_is_on_this_host(int fd) noexcept;
 
 /// How a tcp_transport is built. Every key with its default.
 struct tcp_transport_options {
@@ -72,6 +74,13 @@ struct tcp_transport_options {
   /// AF_UNIX, checked once with getpeername) always gets copying sends, whatever this says: the
   /// kernel copies into the receiver anyway, and zero copy halved loopback bandwidth (reactor.hpp).
   zero_copy send_zero_copy = zero_copy::when_large;
+  /// TCP_CONGESTION for a connection to a peer on this host; empty keeps the system's. Over
+  /// loopback there is no loss or queue to model, and a pacing algorithm only spaces the
+  /// segments out: with BBR (the default of the machines vessel's CI runs on) 4 ranks' 1 MiB
+  /// allreduce spent a quarter of its samples arming pacing timers and sending from their
+  /// softirq, and took 1.5x as long as with reno (docs/io_performance.md, "Loopback is not a
+  /// network"). reno paces nothing and any process may choose it.
+  std::string_view local_congestion_control = "reno";
   /// On a lendable reactor, receive by readiness and let a borrower read the socket directly
   /// (see above). false: always an io_uring RECV.
   bool poll_when_lent = true;
@@ -123,6 +132,8 @@ class tcp_transport final : public transport, private loop_poller {
   int fd() const noexcept { return fd_; }
   /// The zero-copy policy its sends use (options.send_zero_copy, or never for a local peer).
   zero_copy send_zero_copy() const noexcept { return zero_copy_; }
+  /// The socket's congestion control (TCP_CONGESTION), "" when it has none (AF_UNIX) or is closed.
+  std::string congestion_control() const;
   /// True until the transport has begun closing.
   bool is_open() const noexcept { return state_ == state::open; }
   /// True when the socket is read by readiness (a lendable reactor and poll_when_lent).
@@ -175,6 +186,7 @@ class tcp_transport final : public transport, private loop_poller {
   tcp_transport_options options_;
   std::size_t low_watermark_;
   std::size_t slot_bytes_;
+  bool local_peer_;  // peer_is_on_this_host, once
   zero_copy zero_copy_;
   bool readiness_;
   bool polled_ = false;  // registered as the reactor's loop_poller
