@@ -70,13 +70,18 @@ struct inbound_message {
   std::uint64_t length = 0;  ///< landed: the bytes in the destination (else payload.size())
 };
 
-/// The first fragment of a message has arrived (mesh_observer::on_message_begin).
+/// Bytes of a message's first fragment that mesh_observer::on_message_begin sees at least (all
+/// of it, if shorter): a link may begin a message before its first fragment has all arrived.
+inline constexpr std::size_t message_start_bytes = 16;
+
+/// The first fragment of a message is arriving (mesh_observer::on_message_begin).
 struct message_start {
   std::uint32_t src = 0;
   std::uint64_t tag = 0;
   std::uint64_t message_id = 0;
   std::uint64_t length = 0;  ///< the whole message's bytes
-  /// The first fragment's payload (valid during the call; empty for a message already arriving).
+  /// The first fragment's payload, or at least its first message_start_bytes (valid during the
+  /// call; empty for a message already arriving).
   std::span<const std::byte> first_fragment;
 };
 

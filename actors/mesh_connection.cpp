@@ -95,9 +95,10 @@ void mesh_connection::on_frame(const wire::frame_header& header,
   on_handshake_frame(header);
 }
 
-std::span<std::byte> mesh_connection::payload_destination(const wire::frame_header& header) {
+wire::fragment_place mesh_connection::payload_destination(const wire::frame_header& header,
+                                                          std::span<const std::byte> arrived) {
   // Only an authenticated link's frames: before that nothing a peer sends is let in anywhere.
-  return link_ != nullptr ? link_->payload_destination(header) : std::span<std::byte>{};
+  return link_ != nullptr ? link_->payload_destination(header, arrived) : wire::fragment_place{};
 }
 
 void mesh_connection::on_handshake_frame(const wire::frame_header& header) {

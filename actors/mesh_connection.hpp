@@ -53,7 +53,8 @@ class mesh_connection final : public io::transport_handler {
   // io::transport_handler
   void on_frame(const wire::frame_header& header, std::span<const std::byte> payload,
                 const io::buffer_slice& payload_owner) override;
-  std::span<std::byte> payload_destination(const wire::frame_header& header) override;
+  wire::fragment_place payload_destination(const wire::frame_header& header,
+                                           std::span<const std::byte> arrived) override;
   void on_writable() override;
   void on_closed(std::error_code why) override;
 

@@ -248,18 +248,67 @@ void peer_link::on_frame(const wire::frame_header& header, std::span<const std::
   if (connection_ != nullptr) flush_ack(t);
 }
 
-std::span<std::byte> peer_link::payload_destination(const wire::frame_header& header) {
+wire::fragment_place peer_link::payload_destination(const wire::frame_header& header,
+                                                    std::span<const std::byte> arrived) {
   if (header.kind() != wire::frame_kind::data || header.seq != receiver_.last_seq_seen() + 1) {
     return {};
   }
   const auto& data = std::get<wire::data_fields>(header.body);
-  // A first fragment still needs its destination chosen (on_data); later ones have theirs.
-  if (data.src != peer_ || data.fragment_index == 0 || !reassembler_.active() ||
-      reassembler_.message_id() != data.message_id) {
+  if (data.src != peer_ || data.dst != owner_.config.self_rank) return {};
+  if (data.fragment_index == 0) {
+    // Where the message lands depends on its first bytes (a collective's chunk header): with
+    // those in, it is begun now rather than once the whole fragment sits in the transport's
+    // buffer, so that the fragment need not be copied out of there.
+    if (arrived.size() < std::min<std::uint64_t>(header.payload_len, message_start_bytes)) {
+      return {};
+    }
+    if (!begun_on_arrival(data) && !begin_message(data, arrived)) return {};
+  } else if (!reassembler_.active() || reassembler_.message_id() != data.message_id) {
     return {};
   }
-  return reassembler_.destination_of(data.fragment_index, data.fragment_count,
-                                     data.fragment_offset, data.total_len, header.payload_len);
+  return reassembler_.placement_of(data.fragment_index, data.fragment_count,
+                                   data.fragment_offset, data.total_len, header.payload_len);
+}
+
+bool peer_link::begun_on_arrival(const wire::data_fields& data) const noexcept {
+  // Only payload_destination leaves a message begun with nothing accepted: on_data accepts the
+  // first fragment right after beginning it. Kept over a cut connection, whose resend of the
+  // fragment (the same message, not yet acked) finds its message begun.
+  return reassembler_.active() && reassembler_.message_id() == data.message_id &&
+         reassembler_.received_fragments() == 0;
+}
+
+bool peer_link::begin_message(const wire::data_fields& data,
+                              std::span<const std::byte> first_bytes) {
+  if (data.total_len > owner_.pool.max_block_size()) {
+    fail(make_error_code(errc::mesh_message_too_large), "message over the largest block");
+    return false;
+  }
+  abandon_landing(false);  // one message at a time: a new first fragment ends the old one
+  const message_destination landing = owner_.observer.on_message_begin(
+      message_start{peer_, data.tag, data.message_id, data.total_len, first_bytes});
+  if (!landing.empty()) {
+    landing_message_ = data.message_id;
+  } else if (reassembly_block_ = owner_.pool.try_acquire(data.total_len); !reassembly_block_) {
+    // Not accepted yet: the peer resends it after the reconnect, by when blocks may be back.
+    log::get("actors").warn("link to rank {}: no pool block for a {}-byte message; reconnecting",
+                            peer_, data.total_len);
+    if (connection_ != nullptr) connection_->close();
+    return false;
+  }
+  reassembly_tag_ = data.tag;
+  auto begun = landing.empty()
+                   ? reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
+                                        reassembly_block_.bytes())
+                   : reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
+                                        landing.head, landing.body, landing.combine);
+  if (!begun) {
+    fail(begun.error(), "bad message layout");
+    return false;
+  }
+  if (landing.combine) ++stats_.combined_on_arrival;
+  in_progress_charged_ = 0;
+  return true;
 }
 
 void peer_link::on_data(const wire::frame_header& header, const wire::data_fields& data,
@@ -272,24 +321,7 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
     return fail(make_error_code(errc::mesh_protocol_error), "data frame with wrong src/dst");
   }
   const bool first = data.fragment_index == 0;
-  message_destination landing;
-  if (first) {
-    if (data.total_len > owner_.pool.max_block_size()) {
-      return fail(make_error_code(errc::mesh_message_too_large), "message over the largest block");
-    }
-    abandon_landing(false);  // one message at a time: a new first fragment ends the old one
-    landing = owner_.observer.on_message_begin(
-        message_start{peer_, data.tag, data.message_id, data.total_len, payload});
-    if (!landing.empty()) {
-      landing_message_ = data.message_id;
-    } else if (reassembly_block_ = owner_.pool.try_acquire(data.total_len); !reassembly_block_) {
-      // Not accepted yet: the peer resends it after the reconnect, by when blocks may be back.
-      log::get("actors").warn("link to rank {}: no pool block for a {}-byte message; reconnecting",
-                              peer_, data.total_len);
-      if (connection_ != nullptr) connection_->close();
-      return;
-    }
-  }
+  if (first && !begun_on_arrival(data) && !begin_message(data, payload)) return;
   // The frame that starts the delayed-ack timer stamps it precisely (200 µs against a tick).
   auto verdict = receiver_.on_frame(header, receiver_.acks_owed() ? t : now());
   if (!verdict) return fail(verdict.error(), "bad data frame");
@@ -297,30 +329,34 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
     if (first) abandon_landing(false);
     return;
   }
-  if (first) {
-    reassembly_tag_ = data.tag;
-    auto begun = landing.empty()
-                     ? reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
-                                          reassembly_block_.bytes())
-                     : reassembler_.begin(data.message_id, data.total_len, data.fragment_count,
-                                          landing.head, landing.body, landing.combine);
-    if (!begun) return fail(begun.error(), "bad message layout");
-    if (landing.combine) ++stats_.combined_on_arrival;
-    in_progress_charged_ = 0;
-  } else if (!reassembler_.active() || reassembler_.message_id() != data.message_id) {
+  if (!reassembler_.active() || reassembler_.message_id() != data.message_id) {
     return fail(make_error_code(errc::mesh_protocol_error), "fragment of no message in progress");
   }
-  auto accepted = reassembler_.accept(data.fragment_index, data.fragment_count,
-                                      data.fragment_offset, data.total_len, payload);
+  const std::uint64_t length = header.payload_len;
+  const bool placed = payload.size() != length;
+  if (placed) {
+    // Received in two parts where payload_destination placed it: `payload` is the part after
+    // the message's head, and the head's part is in place too.
+    const wire::fragment_place place = reassembler_.placement_of(
+        data.fragment_index, data.fragment_count, data.fragment_offset, data.total_len, length);
+    if (place.body.data() != payload.data() || place.body.size() != payload.size() ||
+        place.size() != length) {
+      return fail(make_error_code(errc::mesh_protocol_error), "fragment not where it was placed");
+    }
+  }
+  auto accepted = placed ? reassembler_.accept_placed(data.fragment_index, data.fragment_count,
+                                                      data.fragment_offset, data.total_len, length)
+                         : reassembler_.accept(data.fragment_index, data.fragment_count,
+                                               data.fragment_offset, data.total_len, payload);
   if (!accepted) return fail(accepted.error(), "bad fragment");
   // The overdraft (mesh.hpp): the fragments of one multi-fragment message at a time count as
   // consumed at once, so a message larger than the window still completes.
   if (data.fragment_count > 1 && (overdraft_ == 0 || overdraft_message_ == data.message_id)) {
-    overdraft_ += payload.size();
+    overdraft_ += length;
     overdraft_message_ = data.message_id;
-    report_consumed(payload.size());
+    report_consumed(length);
   } else {
-    in_progress_charged_ += payload.size();
+    in_progress_charged_ += length;
   }
   if (!reassembler_.complete()) return;
   // A large message's sender may wait for its ack (a lent send, comm.cpp) instead of streaming

@@ -70,9 +70,11 @@ class peer_link {
   /// A frame on the attached connection.
   void on_frame(const wire::frame_header& header, std::span<const std::byte> payload);
   /// Where a stream transport may receive the payload of `header` directly: the next data
-  /// fragment in order of the message being reassembled, at its place in the destination
-  /// (io::transport_handler::payload_destination). Empty otherwise.
-  std::span<std::byte> payload_destination(const wire::frame_header& header);
+  /// fragment in order, at its place in the message's destination (io::transport_handler::
+  /// payload_destination). A first fragment begins its message here, from the first bytes that
+  /// `arrived`, so that it too is received in place. Empty otherwise.
+  wire::fragment_place payload_destination(const wire::frame_header& header,
+                                           std::span<const std::byte> arrived);
   /// The attached connection has room again.
   void on_writable();
   /// The attached connection ended.
@@ -123,6 +125,13 @@ class peer_link {
   bool send_control(const wire::frame_header& header);
   void on_data(const wire::frame_header& header, const wire::data_fields& data,
                std::span<const std::byte> payload, link_time t);
+  /// Chooses where the message that `data` (its first fragment, `first_bytes` of it arrived)
+  /// starts lands, and begins reassembling it there. False when the link failed or is
+  /// reconnecting (no pool block).
+  bool begin_message(const wire::data_fields& data, std::span<const std::byte> first_bytes);
+  /// The message of first fragment `data` was begun when the fragment's header arrived
+  /// (payload_destination), and nothing of it has been accepted yet.
+  bool begun_on_arrival(const wire::data_fields& data) const noexcept;
   void report_consumed(std::uint64_t bytes);
   void flush_ack(link_time t);
   void arm_timer(link_time deadline);

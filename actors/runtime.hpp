@@ -129,6 +129,7 @@ class p2p_request {
 
   // -- make_receive_into's destination.
   static constexpr std::size_t max_head_bytes = 16;
+  static_assert(max_head_bytes <= message_start_bytes, "a landing's head must be seen at its begin");
   std::array<std::byte, max_head_bytes> head{};
   std::size_t head_bytes = 0;
   std::span<std::byte> into;

@@ -30,6 +30,12 @@ constexpr int max_reads_per_turn = 16;
 // than the copy it saves.
 constexpr std::size_t min_redirect_bytes = 32u << 10;
 
+// After a large frame, the headers of this many more frames are read on their own too: the
+// next large one often follows a few small ones (a collective chunk's 8-byte tail, an ack), and
+// its payload goes straight to the handler's memory only if its header came in without it.
+// A burst of small frames then takes a recv(2) per few hundred bytes, for a few frames only.
+constexpr std::uint32_t header_first_after_large = 8;
+
 }  // namespace
 
 bool peer_is_on_this_host(int fd) noexcept {
@@ -358,15 +364,19 @@ void tcp_transport::dispatch_frames() {
       if (const wire::frame_header* h = decoder_.awaiting_payload();
           readiness_ && h != nullptr &&
           h->payload_len - decoder_.payload_buffered() >= min_redirect_bytes) {
-        if (std::span<std::byte> dst = handler_.payload_destination(*h); !dst.empty()) {
-          decoder_.redirect_payload(dst);
-        }
+        const wire::fragment_place place =
+            handler_.payload_destination(*h, decoder_.payload_arrived());
+        if (!place.empty()) decoder_.redirect_payload(place.head, place.body);
       }
       break;
     }
     const wire::frame_view& frame = *next.value();
     ++stats_.frames_received;
-    header_first_ = readiness_ && frame.header.payload_len >= min_redirect_bytes;
+    if (readiness_ && frame.header.payload_len >= min_redirect_bytes) {
+      header_first_frames_ = header_first_after_large;
+    } else if (header_first_frames_ > 0) {
+      --header_first_frames_;
+    }
     handler_.on_frame(frame.header, frame.payload, no_owner_);
   }
   --callbacks_running_;
@@ -394,7 +404,7 @@ void tcp_transport::read_ready() {
     if (const wire::frame_header* h = decoder_.awaiting_payload();
         readiness_ && h != nullptr && h->payload_len >= min_redirect_bytes) {
       space = space.first(std::min(space.size(), h->payload_len - decoder_.payload_buffered()));
-    } else if (header_first_ && decoder_.between_frames()) {
+    } else if (header_first_frames_ > 0 && decoder_.awaiting_header()) {
       space = space.first(header_room);
     }
     const ssize_t n = ::recv(fd_, space.data(), space.size(), MSG_DONTWAIT);

@@ -213,7 +213,9 @@ class tcp_transport final : public transport, private loop_poller {
 
   state state_ = state::open;
   int callbacks_running_ = 0;  // >0 while a handler callback runs: finishing waits for it
-  bool header_first_ = false;  // the last frame was large: read the next header on its own
+  // Frames still to come whose headers are read on their own: large frames flow (see
+  // header_first_after_large in the .cpp).
+  std::uint32_t header_first_frames_ = 0;
   std::error_code reason_;
   transport_stats stats_;
 };

@@ -13,6 +13,7 @@
 
 #include "io/buffer.hpp"
 #include "wire/frame_header.hpp"
+#include "wire/reassembler.hpp"
 #include "wire/result.hpp"
 
 namespace vessel::io {
@@ -25,12 +26,16 @@ class transport_handler {
   /// receive into pooled buffers) keep `payload_owner`, which shares the block without a copy.
   virtual void on_frame(const wire::frame_header& header, std::span<const std::byte> payload,
                         const buffer_slice& payload_owner) = 0;
-  /// A stream transport (TCP) decoded the header of a frame whose payload has not all arrived:
-  /// memory of exactly header.payload_len bytes to receive the payload into directly, or an
-  /// empty span to take it from the transport's buffer as usual. The memory must stay valid
-  /// until on_frame delivers the frame with it as `payload` (or the transport ends); what it
-  /// holds before then is undefined. Saves a copy of large payloads (a link's fragments).
-  virtual std::span<std::byte> payload_destination(const wire::frame_header& /*header*/) {
+  /// A stream transport (TCP) decoded the header of a frame whose payload has not all arrived
+  /// (`arrived`: its first bytes, valid during the call): memory of exactly header.payload_len
+  /// bytes to receive the payload into directly, in two parts (its first place.head.size() bytes
+  /// into head, the rest into body; either may be empty), or an empty place to take it from the
+  /// transport's buffer as usual. The memory must stay valid until on_frame delivers the frame
+  /// (or the transport ends); what it holds before then is undefined. on_frame's `payload` is
+  /// then the body part: the whole payload when the head part is empty, else its bytes after
+  /// the head. Saves a copy of large payloads (a link's fragments).
+  virtual wire::fragment_place payload_destination(const wire::frame_header& /*header*/,
+                                                   std::span<const std::byte> /*arrived*/) {
     return {};
   }
   /// The send queue, after refusing a frame with errc::send_queue_full, has room again.

@@ -50,14 +50,12 @@ result<void> reassembler::begin(std::uint64_t message_id, std::uint64_t total_le
   return outcome::success();
 }
 
-result<fragment_status> reassembler::accept(std::uint32_t fragment_index,
-                                            std::uint32_t fragment_count, std::uint64_t offset,
-                                            std::uint64_t total_len,
-                                            std::span<const std::byte> payload) {
+result<fragment_status> reassembler::take(std::uint32_t fragment_index,
+                                          std::uint32_t fragment_count, std::uint64_t offset,
+                                          std::uint64_t total_len, std::uint64_t length) {
   if (!active_ || fragment_count != fragment_count_ || total_len != total_len_) {
     return reject(errc::fragment_mismatch);
   }
-  const std::uint64_t length = payload.size();
   if (fragment_index >= fragment_count_ || length > total_len_ || offset > total_len_ - length) {
     return reject(errc::fragment_out_of_range);
   }
@@ -72,43 +70,68 @@ result<fragment_status> reassembler::accept(std::uint32_t fragment_index,
   }
   word |= bit;
   ++received_;
-  if (length != 0) {
-    // fits_layout bounded [offset, offset + length) by total_len = head + body.
-    std::size_t at = static_cast<std::size_t>(offset);
-    std::span<const std::byte> rest = payload;
-    // Received in place (destination_of): the bytes are where they belong already.
-    const std::byte* home = at >= head_.size() ? body_.data() + (at - head_.size())
-                                               : head_.data() + at;
-    if (rest.data() == home) {
-      rest = {};
-      ++counters_.in_place;
-    }
-    if (!rest.empty() && at < head_.size()) {
-      const std::size_t n = std::min(rest.size(), head_.size() - at);
-      std::memcpy(head_.data() + at, rest.data(), n);
-      rest = rest.subspan(n);
-      at += n;
-    }
-    if (!rest.empty()) {
-      const std::size_t in_body = at - head_.size();
-      if (combine_) {
-        combine_.apply(combine_.ctx, body_.data() + in_body, combine_.operand + in_body,
-                       rest.data(), rest.size());
-      } else {
-        copy_bytes(body_.data() + in_body, rest.data(), rest.size());
-      }
-    }
-  }
   ++counters_.fragments;
   counters_.bytes += length;
   if (received_ == fragment_count_) ++counters_.completed;
   return fragment_status::accepted;
 }
 
+result<fragment_status> reassembler::accept(std::uint32_t fragment_index,
+                                            std::uint32_t fragment_count, std::uint64_t offset,
+                                            std::uint64_t total_len,
+                                            std::span<const std::byte> payload) {
+  auto taken = take(fragment_index, fragment_count, offset, total_len, payload.size());
+  if (!taken || taken.value() == fragment_status::duplicate || payload.empty()) return taken;
+  // take() bounded [offset, offset + length) by total_len = head + body.
+  std::size_t at = static_cast<std::size_t>(offset);
+  std::span<const std::byte> rest = payload;
+  // Received in place (destination_of): the bytes are where they belong already.
+  const std::byte* home = at >= head_.size() ? body_.data() + (at - head_.size())
+                                             : head_.data() + at;
+  if (rest.data() == home) {
+    rest = {};
+    ++counters_.in_place;
+  }
+  if (!rest.empty() && at < head_.size()) {
+    const std::size_t n = std::min(rest.size(), head_.size() - at);
+    std::memcpy(head_.data() + at, rest.data(), n);
+    rest = rest.subspan(n);
+    at += n;
+  }
+  if (!rest.empty()) {
+    const std::size_t in_body = at - head_.size();
+    if (combine_) {
+      combine_.apply(combine_.ctx, body_.data() + in_body, combine_.operand + in_body,
+                     rest.data(), rest.size());
+    } else {
+      copy_bytes(body_.data() + in_body, rest.data(), rest.size());
+    }
+  }
+  return taken;
+}
+
+result<fragment_status> reassembler::accept_placed(std::uint32_t fragment_index,
+                                                   std::uint32_t fragment_count,
+                                                   std::uint64_t offset, std::uint64_t total_len,
+                                                   std::uint64_t length) {
+  auto taken = take(fragment_index, fragment_count, offset, total_len, length);
+  if (taken && taken.value() == fragment_status::accepted && length != 0) ++counters_.in_place;
+  return taken;
+}
+
 std::span<std::byte> reassembler::destination_of(std::uint32_t fragment_index,
                                                  std::uint32_t fragment_count,
                                                  std::uint64_t offset, std::uint64_t total_len,
                                                  std::uint64_t length) {
+  const fragment_place place =
+      placement_of(fragment_index, fragment_count, offset, total_len, length);
+  if (!place.head.empty() && !place.body.empty()) return {};  // straddles the two parts
+  return place.head.empty() ? place.body : place.head;
+}
+
+fragment_place reassembler::placement_of(std::uint32_t fragment_index,
+                                         std::uint32_t fragment_count, std::uint64_t offset,
+                                         std::uint64_t total_len, std::uint64_t length) {
   if (!active_ || fragment_count != fragment_count_ || total_len != total_len_ || length == 0 ||
       fragment_index >= fragment_count_ || length > total_len_ || offset > total_len_ - length ||
       !fits_layout(fragment_index, offset, length)) {
@@ -117,9 +140,10 @@ std::span<std::byte> reassembler::destination_of(std::uint32_t fragment_index,
   if ((bitmap_[fragment_index / 64] & (std::uint64_t{1} << (fragment_index % 64))) != 0) return {};
   const auto at = static_cast<std::size_t>(offset);
   const auto n = static_cast<std::size_t>(length);
-  if (at + n <= head_.size()) return head_.subspan(at, n);
-  if (at >= head_.size() && !combine_) return body_.subspan(at - head_.size(), n);
-  return {};
+  if (at + n <= head_.size()) return {head_.subspan(at, n), {}};
+  if (combine_) return {};  // the body's bytes are computed, not received
+  if (at >= head_.size()) return {{}, body_.subspan(at - head_.size(), n)};
+  return {head_.subspan(at), body_.first(at + n - head_.size())};
 }
 
 namespace {

@@ -71,6 +71,15 @@ struct body_combiner {
   explicit operator bool() const noexcept { return apply != nullptr; }
 };
 
+/// Where a fragment's bytes belong in a two-part destination: the part that falls in the head and
+/// the part in the body (a first fragment holds both when the head is a few header bytes).
+struct fragment_place {
+  std::span<std::byte> head;
+  std::span<std::byte> body;
+  bool empty() const noexcept { return head.empty() && body.empty(); }
+  std::size_t size() const noexcept { return head.size() + body.size(); }
+};
+
 /// Reassembles one message at a time into a caller-owned buffer.
 class reassembler {
  public:
@@ -124,6 +133,19 @@ class reassembler {
                                       std::uint64_t offset, std::uint64_t total_len,
                                       std::uint64_t length);
 
+  /// As destination_of, for a fragment that may straddle the two parts of the destination: its
+  /// bytes in the head, then those in the body. Empty where destination_of is, except that a
+  /// straddling fragment has a place (a combined body still has none). A transport that received
+  /// the fragment there hands it over with accept_placed().
+  fragment_place placement_of(std::uint32_t fragment_index, std::uint32_t fragment_count,
+                              std::uint64_t offset, std::uint64_t total_len, std::uint64_t length);
+
+  /// accept() for a fragment of `length` bytes that was received where placement_of() named:
+  /// the same checks, nothing copied. The caller vouches that the bytes are there.
+  result<fragment_status> accept_placed(std::uint32_t fragment_index, std::uint32_t fragment_count,
+                                        std::uint64_t offset, std::uint64_t total_len,
+                                        std::uint64_t length);
+
   /// Moves the message in progress to another destination (two parts, as begin() takes them):
   /// copies the fragments received so far there, and writes the rest there. buffer_too_small
   /// if the parts together are shorter than the message, fragment_mismatch if no message is in
@@ -156,6 +178,9 @@ class reassembler {
   static constexpr std::uint64_t k_unknown_size = 0;
 
   bool fits_layout(std::uint32_t index, std::uint64_t offset, std::uint64_t length);
+  /// accept()'s checks and bookkeeping, without the bytes.
+  result<fragment_status> take(std::uint32_t fragment_index, std::uint32_t fragment_count,
+                               std::uint64_t offset, std::uint64_t total_len, std::uint64_t length);
   std::uint64_t next_index(bool received, std::uint64_t from) const noexcept;
   std::error_code reject(errc e) noexcept;
 

@@ -25,7 +25,10 @@ stream_decoder::stream_decoder(decoder_limits limits) : limits_(limits) {
 }
 
 std::span<std::byte> stream_decoder::prepare() noexcept {
-  if (direct_) return direct_->subspan(direct_filled_);
+  if (direct_) {
+    if (direct_filled_ < direct_head_.size()) return direct_head_.subspan(direct_filled_);
+    return direct_->subspan(direct_filled_ - direct_head_.size());
+  }
   if (begin_ == end_) {
     begin_ = end_ = 0;
   } else if (begin_ > 0 && capacity_ - end_ < capacity_ / 2) {
@@ -40,7 +43,7 @@ std::span<std::byte> stream_decoder::prepare() noexcept {
 
 void stream_decoder::commit(std::size_t n) noexcept {
   if (direct_) {
-    direct_filled_ += std::min(n, direct_->size() - direct_filled_);
+    direct_filled_ += std::min(n, direct_head_.size() + direct_->size() - direct_filled_);
     return;
   }
   end_ += std::min(n, capacity_ - end_);
@@ -55,17 +58,26 @@ std::size_t stream_decoder::payload_buffered() const noexcept {
                             : 0;
 }
 
-bool stream_decoder::redirect_payload(std::span<std::byte> dst) noexcept {
-  if (error_ || !pending_ || direct_ || dst.size() != pending_->payload_len) return false;
+std::span<const std::byte> stream_decoder::payload_arrived() const noexcept {
+  if (!pending_ || direct_) return {};
+  return {buffer_.get() + begin_ + prefix_bytes + pending_header_len_, payload_buffered()};
+}
+
+bool stream_decoder::redirect_payload(std::span<std::byte> head,
+                                      std::span<std::byte> body) noexcept {
+  if (error_ || !pending_ || direct_ || head.size() + body.size() != pending_->payload_len) {
+    return false;
+  }
   // next() left the frame pending, so the buffer holds its prefix, header and part of the
   // payload, and nothing after it: all of that is consumed here.
-  const std::size_t got = payload_buffered();
-  if (got > 0) {
-    std::memcpy(dst.data(), buffer_.get() + begin_ + prefix_bytes + pending_header_len_, got);
-  }
+  const std::span<const std::byte> got = payload_arrived();
+  const std::size_t to_head = std::min(got.size(), head.size());
+  if (to_head > 0) std::memcpy(head.data(), got.data(), to_head);
+  if (got.size() > to_head) std::memcpy(body.data(), got.data() + to_head, got.size() - to_head);
   begin_ = end_ = 0;
-  direct_ = dst;
-  direct_filled_ = got;
+  direct_ = body;
+  direct_head_ = head;
+  direct_filled_ = got.size();
   return true;
 }
 
@@ -81,16 +93,18 @@ result<std::optional<frame_view>> stream_decoder::fail(std::error_code ec) noexc
   error_ = ec;
   pending_.reset();
   direct_.reset();
+  direct_head_ = {};
   return ec;
 }
 
 result<std::optional<frame_view>> stream_decoder::next() noexcept {
   if (error_) return error_;
   if (direct_) {
-    if (direct_filled_ < direct_->size()) return std::optional<frame_view>{};
-    frame_view view{*pending_, *direct_};
+    if (direct_filled_ < direct_head_.size() + direct_->size()) return std::optional<frame_view>{};
+    frame_view view{*pending_, *direct_, direct_head_};
     pending_.reset();
     direct_.reset();
+    direct_head_ = {};
     direct_filled_ = 0;
     return std::optional<frame_view>{view};
   }
@@ -116,7 +130,7 @@ result<std::optional<frame_view>> stream_decoder::next() noexcept {
   if (available < frame_len) return std::optional<frame_view>{};
 
   const std::byte* payload = buffer_.get() + begin_ + prefix_bytes + pending_header_len_;
-  frame_view view{*pending_, {payload, pending_->payload_len}};
+  frame_view view{*pending_, {payload, pending_->payload_len}, {}};
   pending_.reset();
   begin_ += frame_len;
   return std::optional<frame_view>{view};

@@ -19,6 +19,9 @@ namespace vessel::wire {
 struct frame_view {
   frame_header header;
   std::span<const std::byte> payload;  ///< valid until the next prepare() or feed()
+  /// A payload received into a two-part destination (redirect_payload with a head): its first
+  /// bytes, in the head part, and `payload` is the rest, in the body part. Empty otherwise.
+  std::span<const std::byte> head;
 };
 
 /// Splits a byte stream into frames. All memory is allocated by the constructor (receive buffer,
@@ -59,16 +62,27 @@ class stream_decoder {
   }
   /// Bytes of awaiting_payload()'s payload already received.
   std::size_t payload_buffered() const noexcept;
+  /// Those bytes, in the receive buffer (valid until the next prepare() or redirect); empty
+  /// when nothing awaits a payload.
+  std::span<const std::byte> payload_arrived() const noexcept;
   /// Receives the rest of awaiting_payload()'s payload straight into `dst` (exactly payload_len
   /// bytes, valid until next() returns the frame or the decoder goes): what is buffered already
   /// is copied there, and prepare() offers the rest of `dst` until it is full; next() then
   /// returns the frame with `dst` as its payload. Saves the pass from the receive buffer into
   /// the caller's memory for large payloads. False (nothing changes) when nothing awaits a
   /// payload or the size differs.
-  bool redirect_payload(std::span<std::byte> dst) noexcept;
+  bool redirect_payload(std::span<std::byte> dst) noexcept { return redirect_payload({}, dst); }
+  /// As above, into two parts: the payload's first head.size() bytes into `head`, the rest into
+  /// `body` (together exactly payload_len). next() returns the frame with `body` as its payload
+  /// and `head` as its head (a message whose first bytes are a header kept apart from the
+  /// memory its body lands in).
+  bool redirect_payload(std::span<std::byte> head, std::span<std::byte> body) noexcept;
 
   /// Nothing buffered and no frame begun: the next byte received starts a frame.
   bool between_frames() const noexcept { return !pending_ && begin_ == end_; }
+  /// No header decoded yet: the next bytes received start or continue a frame's header (what
+  /// is buffered is less than one whole frame once next() has yielded nothing).
+  bool awaiting_header() const noexcept { return !pending_; }
 
   /// Bytes received but not yet consumed as frames (a redirected payload's not counted).
   std::size_t buffered() const noexcept { return end_ - begin_; }
@@ -90,8 +104,10 @@ class stream_decoder {
   // A header already decoded whose payload has not fully arrived, so it is not parsed twice.
   std::optional<frame_header> pending_;
   std::size_t pending_header_len_ = 0;
-  // A redirected payload (redirect_payload) and how much of it has arrived.
+  // A redirected payload (redirect_payload): its head and body parts, and how much of the two
+  // together has arrived.
   std::optional<std::span<std::byte>> direct_;
+  std::span<std::byte> direct_head_;
   std::size_t direct_filled_ = 0;
   std::error_code error_;
 };

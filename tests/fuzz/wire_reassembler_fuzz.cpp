@@ -3,15 +3,21 @@
 // else writes a byte (duplicates and errors leave the destination as it was), nothing is written
 // past total_len, and complete() means every byte of the message came from an accepted fragment.
 // With bit 7 of the count byte, the body is combined (body_combiner: here operand + arriving, byte
-// by byte) rather than copied, under the same checks.
+// by byte) rather than copied, under the same checks. The destination is in two parts (a head of
+// total_len % 17 bytes, then the body, adjacent in memory so the checks see one range); a record
+// with flag bit 2 is received where placement_of() says (as a transport would) and handed over
+// with accept_placed(): a place is only ever the fragment's own bytes, never one accept() would
+// refuse, and none for bytes that a combined body must compute.
 //
 // Input: u16 total_len (mod 4097), u8 fragment_count (bits 0-6; bit 7: combine), then 6-byte records
-//   u8 index | u16 offset | u16 length | u8 flags (bit 0: header count + 1, bit 1: header total + 1).
+//   u8 index | u16 offset | u16 length | u8 flags (bit 0: header count + 1, bit 1: header total + 1,
+//   bit 2: received in place).
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "wire/reassembler.hpp"
@@ -55,7 +61,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::byte> operand(total);
   for (std::uint64_t i = 0; i < total; ++i) operand[i] = operand_at(i);
   const body_combiner combine{combined ? &add : nullptr, nullptr, operand.data()};
-  if (!r.begin(1, total, count, {}, storage, combine)) return 0;
+  const std::size_t head = total % 17;
+  const std::span<std::byte> all{storage};
+  if (!r.begin(1, total, count, all.first(head), all.subspan(head), combine)) return 0;
 
   std::vector<int> owner(total, -1);  // which accepted fragment wrote each byte
   std::vector<bool> accepted(count, false);
@@ -72,18 +80,39 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     before = storage;
     const std::uint32_t received_before = r.received_fragments();
-    const auto status = r.accept(index, header_count, offset, header_total, payload);
+    const bool in_place = (data[5] & 4u) != 0;
+    vessel::result<fragment_status> status = make_error_code(errc::fragment_mismatch);
+    if (in_place) {
+      const fragment_place place = r.placement_of(index, header_count, offset, header_total, length);
+      if (place.empty()) continue;  // the transport would take it from its buffer: nothing to do
+      require(storage == before);   // asking writes nothing
+      // The fragment's own bytes: [offset, offset + length), the head's part then the body's.
+      require(place.size() == length && offset + length <= total);
+      require(place.head.empty() || place.head.data() == storage.data() + offset);
+      require(place.body.empty() || place.body.data() == storage.data() + offset + place.head.size());
+      require(place.body.empty() || !combined);
+      if (!place.head.empty()) std::memcpy(place.head.data(), payload.data(), place.head.size());
+      if (!place.body.empty()) {
+        std::memcpy(place.body.data(), payload.data() + place.head.size(), place.body.size());
+      }
+      status = r.accept_placed(index, header_count, offset, header_total, length);
+      require(status && status.value() == fragment_status::accepted);
+    } else {
+      status = r.accept(index, header_count, offset, header_total, payload);
+    }
     if (status && status.value() == fragment_status::accepted) {
       require(index < count && !accepted[index]);
       require(offset + length <= total);
       for (std::uint64_t i = 0; i < length; ++i) {
         require(owner[offset + i] == -1);
         owner[offset + i] = static_cast<int>(index);
+        const std::uint64_t at = offset + i;
         const std::byte want =
-            combined ? static_cast<std::byte>(std::to_integer<unsigned>(operand_at(offset + i)) +
-                                              std::to_integer<unsigned>(payload[i]))
-                     : payload[i];
-        require(storage[offset + i] == want);
+            combined && at >= head
+                ? static_cast<std::byte>(std::to_integer<unsigned>(operand_at(at - head)) +
+                                         std::to_integer<unsigned>(payload[i]))
+                : payload[i];
+        require(storage[at] == want);
       }
       // Nothing outside the fragment moved.
       require(std::memcmp(storage.data(), before.data(), offset) == 0);

@@ -264,7 +264,7 @@ class node final : public mesh_observer {
   message_destination landing_for(const message_start& m) {
     auto& [head, body] = landing_[m.src];
     body.assign(m.length > head.size() ? m.length - head.size() : 0, std::byte{0});
-    return {head, body};
+    return {head, body, {}};
   }
 
   static std::unique_ptr<io::reactor> make_reactor(bool lendable) {

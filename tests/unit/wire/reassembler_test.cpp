@@ -180,6 +180,85 @@ TEST(reassembler, destination_of_is_where_accept_would_copy_and_accept_then_copi
   EXPECT_TRUE(body.guard_intact());
 }
 
+TEST(reassembler, placement_of_splits_a_straddling_fragment_and_accept_placed_copies_nothing) {
+  const message m{10'000, 1'000, 16};
+  destination head{16};
+  destination body{10'000 - 16};
+  reassembler r;
+  ASSERT_TRUE(r.begin(5, 10'000, m.layout.count(), head.span().first(16), body.span()));
+  for (std::uint32_t i = 0; i < 10; ++i) {
+    const fragment f = m.layout[i];
+    const fragment_place place = r.placement_of(i, f.count, f.offset, 10'000, f.length);
+    ASSERT_EQ(place.size(), f.length) << i;
+    if (i == 0) {  // the 16 head bytes, then the body's first 984
+      EXPECT_EQ(place.head.data(), head.span().data());
+      EXPECT_EQ(place.head.size(), 16u);
+      EXPECT_EQ(place.body.data(), body.span().data());
+      EXPECT_EQ(place.body.size(), 1'000u - 16);
+    } else {
+      EXPECT_TRUE(place.head.empty()) << i;
+      EXPECT_EQ(place.body.data(), body.span().data() + f.offset - 16) << i;
+      EXPECT_EQ(r.destination_of(i, f.count, f.offset, 10'000, f.length).data(), place.body.data())
+          << "destination_of names the same place where there is one part";
+    }
+    // What the transport does: the bytes into both parts.
+    const auto bytes = m.payload(f);
+    std::copy_n(bytes.begin(), place.head.size(), place.head.begin());
+    std::copy(bytes.begin() + static_cast<std::ptrdiff_t>(place.head.size()), bytes.end(),
+              place.body.begin());
+    const auto status = r.accept_placed(i, f.count, f.offset, 10'000, f.length);
+    ASSERT_TRUE(status) << i;
+    EXPECT_EQ(status.value(), fragment_status::accepted);
+    EXPECT_TRUE(r.placement_of(i, f.count, f.offset, 10'000, f.length).empty())
+        << "received already: " << i;
+  }
+  EXPECT_TRUE(r.complete());
+  EXPECT_EQ(r.counters().in_place, 10u);
+  EXPECT_EQ(r.counters().bytes, 10'000u);
+  EXPECT_TRUE(std::equal(m.bytes.begin(), m.bytes.begin() + 16, head.written().begin()));
+  EXPECT_TRUE(std::equal(m.bytes.begin() + 16, m.bytes.end(), body.written().begin(),
+                         body.written().end()));
+  EXPECT_TRUE(head.guard_intact());
+  EXPECT_TRUE(body.guard_intact());
+  // A repeat is a duplicate, and a fragment off the layout is refused, placed or not.
+  const auto again = r.accept_placed(3, 10, 3'000, 10'000, 1'000);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again.value(), fragment_status::duplicate);
+  EXPECT_EQ(r.accept_placed(3, 10, 3'001, 10'000, 1'000).error(),
+            make_error_code(errc::fragment_mismatch));
+}
+
+TEST(reassembler, placement_of_a_fragment_inside_the_head_is_the_head_alone) {
+  const message m{100, 10, 17};
+  destination head{40};
+  destination body{60};
+  reassembler r;
+  ASSERT_TRUE(r.begin(6, 100, m.layout.count(), head.span().first(40), body.span()));
+  const fragment_place inside = r.placement_of(2, 10, 20, 100, 10);
+  EXPECT_EQ(inside.head.data(), head.span().data() + 20);
+  EXPECT_EQ(inside.head.size(), 10u);
+  EXPECT_TRUE(inside.body.empty());
+  EXPECT_TRUE(r.placement_of(2, 10, 21, 100, 10).empty()) << "off the layout";
+  EXPECT_TRUE(r.placement_of(2, 10, 20, 100, 0).empty()) << "nothing to receive";
+}
+
+TEST(reassembler, a_combined_body_places_only_bytes_that_fall_in_the_head) {
+  const message m{1'000, 10, 18};
+  destination head{16};
+  destination body{1'000 - 16};
+  std::vector<std::byte> operand(1'000 - 16, std::byte{1});
+  reassembler r;
+  const body_combiner keep{[](const void*, std::byte* dst, const std::byte*,
+                              const std::byte* arriving, std::size_t n) noexcept {
+                             std::copy_n(arriving, n, dst);
+                           },
+                           nullptr, operand.data()};
+  ASSERT_TRUE(r.begin(7, 1'000, m.layout.count(), head.span().first(16), body.span(), keep));
+  EXPECT_EQ(r.placement_of(0, 100, 0, 1'000, 10).head.size(), 10u) << "all in the head";
+  EXPECT_TRUE(r.placement_of(1, 100, 10, 1'000, 10).empty()) << "straddles into the body";
+  EXPECT_TRUE(r.placement_of(5, 100, 50, 1'000, 10).empty()) << "in the body";
+}
+
 TEST(reassembler, destination_of_refuses_what_accept_would_refuse) {
   const message m{10'000, 1'000, 14};
   destination d{10'000};

@@ -151,12 +151,15 @@ TEST(stream_decoder, prepare_and_commit_receive_in_place) {
 
 // Receives `bytes` the way tcp_transport does (prepare, a recv of at most `chunk`, commit, then
 // next() until nothing), redirecting every payload of at least `min_redirect` bytes still to
-// come into memory of its own, as a link hands out its reassembly destination.
+// come into memory of its own, as a link hands out its reassembly destination: its first
+// `head_bytes` (or all, if shorter) into a head part of their own when head_bytes is not 0.
 stream_result receive_redirecting(std::span<const std::byte> bytes, std::size_t chunk,
-                                  std::size_t min_redirect, std::size_t& redirected) {
+                                  std::size_t min_redirect, std::size_t& redirected,
+                                  std::size_t head_bytes = 0) {
   stream_decoder decoder;
   stream_result out;
   std::vector<std::vector<std::byte>> destinations;
+  std::vector<std::vector<std::byte>> heads;
   redirected = 0;
   while (true) {
     for (;;) {
@@ -167,19 +170,31 @@ stream_result receive_redirecting(std::span<const std::byte> bytes, std::size_t 
       }
       if (frame.value()) {
         const auto& view = *frame.value();
-        if (!destinations.empty() && view.payload.data() == destinations.back().data()) {
-          ++redirected;
+        const bool into_destination =
+            !destinations.empty() && view.payload.data() == destinations.back().data();
+        if (into_destination) ++redirected;
+        std::vector<std::byte> payload;
+        if (!view.head.empty()) {
+          EXPECT_TRUE(into_destination && view.head.data() == heads.back().data())
+              << "a head comes only with a redirected payload, in its own part";
+          payload.assign(view.head.begin(), view.head.end());
         }
-        out.frames.push_back({view.header, {view.payload.begin(), view.payload.end()}});
+        payload.insert(payload.end(), view.payload.begin(), view.payload.end());
+        out.frames.push_back({view.header, std::move(payload)});
         continue;
       }
       if (const frame_header* h = decoder.awaiting_payload();
           h != nullptr && h->payload_len - decoder.payload_buffered() >= min_redirect) {
-        destinations.emplace_back(h->payload_len, std::byte{0xee});
-        EXPECT_FALSE(decoder.redirect_payload(std::span{destinations.back()}.first(1)))
-            << "a destination of another size is refused";
-        EXPECT_TRUE(decoder.redirect_payload(destinations.back()));
+        EXPECT_EQ(decoder.payload_arrived().size(), decoder.payload_buffered());
+        const std::size_t head = std::min<std::size_t>(head_bytes, h->payload_len);
+        heads.emplace_back(head, std::byte{0xdd});
+        destinations.emplace_back(h->payload_len - head, std::byte{0xee});
+        std::vector<std::byte> one_more(destinations.back().size() + 1);
+        EXPECT_FALSE(decoder.redirect_payload(heads.back(), one_more))
+            << "parts of another size together are refused";
+        EXPECT_TRUE(decoder.redirect_payload(heads.back(), destinations.back()));
         EXPECT_EQ(decoder.awaiting_payload(), nullptr) << "redirected once";
+        EXPECT_TRUE(decoder.payload_arrived().empty()) << "what had arrived moved to the parts";
       }
       break;
     }
@@ -200,6 +215,46 @@ TEST(stream_decoder, a_redirected_payload_arrives_in_its_destination_and_the_str
     expect_frames(got, s);
     EXPECT_GT(redirected, 0u) << "chunk " << chunk;
   }
+}
+
+TEST(stream_decoder, a_payload_redirected_into_a_head_and_a_body_arrives_split_between_them) {
+  auto s = every_kind_stream();
+  for (const std::size_t head : {std::size_t{1}, std::size_t{8}, std::size_t{16}, std::size_t{5000}}) {
+    for (const std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{64}}) {
+      std::size_t redirected = 0;
+      const stream_result got = receive_redirecting(s.bytes, chunk, 1, redirected, head);
+      expect_frames(got, s);
+      EXPECT_GT(redirected, 0u) << "head " << head << ", chunk " << chunk;
+    }
+  }
+}
+
+TEST(stream_decoder, payload_arrived_is_the_start_of_the_payload_awaited) {
+  frame_encoder encoder;
+  const auto header = one_header_per_kind().front();
+  auto h = header;
+  const std::vector<std::byte> payload = bytes_of(1000, 3);
+  h.payload_len = 1000;
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(encoder.encode_to(h, payload, bytes));
+  stream_decoder decoder;
+  EXPECT_TRUE(decoder.awaiting_header());
+  const std::size_t header_end = bytes.size() - payload.size();
+  decoder.feed(std::span{bytes}.first(header_end + 10));
+  auto none = decoder.next();
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none.value());
+  EXPECT_FALSE(decoder.awaiting_header());
+  const auto arrived = decoder.payload_arrived();
+  ASSERT_EQ(arrived.size(), 10u);
+  EXPECT_TRUE(std::equal(arrived.begin(), arrived.end(), payload.begin()));
+  decoder.feed(std::span{bytes}.subspan(header_end + 10));
+  auto frame = decoder.next();
+  ASSERT_TRUE(frame);
+  ASSERT_TRUE(frame.value());
+  EXPECT_TRUE(frame.value()->head.empty());
+  EXPECT_TRUE(decoder.payload_arrived().empty()) << "nothing awaited";
+  EXPECT_TRUE(decoder.awaiting_header());
 }
 
 TEST(stream_decoder, redirect_needs_a_frame_waiting_for_its_payload) {
