@@ -57,10 +57,20 @@ void copy_by_vectors(std::byte* dst, const std::byte* src, std::size_t n) noexce
     copy_sse2(dst, src, n);
   }
 }
+
+bool rep_movsb_slow_near_source() noexcept {
+  static const bool slow = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") != 0;
+  }();
+  return slow;
+}
 #else
 void copy_by_vectors(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
   std::memcpy(dst, src, n);
 }
+
+bool rep_movsb_slow_near_source() noexcept { return false; }
 #endif
 
 }  // namespace vessel::wire::detail

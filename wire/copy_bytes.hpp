@@ -7,8 +7,11 @@
 // Payload copies hit it easily: a block of our pool holds its data 8 or 16 bytes into a page, and
 // glibc's large allocations start 16 bytes into one, so the allgather half of a 1 MiB allreduce
 // spent 40 % of its time in a single such copy. Copies at those distances go through a vector
-// loop; everything else stays memcpy. It lives in wire, the lowest module, because the link's
-// reassembly copies with it too.
+// loop; everything else stays memcpy. Only on AMD: on the Intel Xeon vCPUs of 2026-12 glibc
+// copies 40 GB/s at those distances against the loop's 35, and a 1-16 MiB shm stream, whose
+// receiver copies at such a distance, ran 2-11 % faster with glibc's copy (docs/io_performance.md,
+// "Payload copies and glibc's rep movsb"). It lives in wire, the lowest module, because the
+// link's reassembly copies with it too.
 
 #include <cstddef>
 #include <cstdint>
@@ -24,13 +27,16 @@ inline constexpr std::uintptr_t slow_distance_end = 64;
 inline constexpr std::size_t vector_copy_min = 2048;
 /// Copies with unaligned 32-byte (AVX2) or 16-byte (SSE2) loads and stores.
 void copy_by_vectors(std::byte* dst, const std::byte* src, std::size_t n) noexcept;
+/// Whether this CPU's `rep movsb` has the slow distances (an AMD CPU; checked once).
+bool rep_movsb_slow_near_source() noexcept;
 }  // namespace detail
 
 /// std::memcpy(dst, src, n) for buffers that do not overlap.
 inline void copy_bytes(void* dst, const void* src, std::size_t n) noexcept {
   const std::uintptr_t distance =
       (reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src)) % 4096;
-  if (n >= detail::vector_copy_min && distance != 0 && distance < detail::slow_distance_end) {
+  if (n >= detail::vector_copy_min && distance != 0 && distance < detail::slow_distance_end &&
+      detail::rep_movsb_slow_near_source()) {
     detail::copy_by_vectors(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src), n);
   } else if (n != 0) {
     std::memcpy(dst, src, n);
