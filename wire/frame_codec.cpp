@@ -122,16 +122,20 @@ std::optional<struct_span> struct_at(const std::byte* seg, std::size_t seg_words
 
 // A field of `size` bytes at byte `at` of a struct's data section: 0 (the schema default) where
 // the section is shorter, as Cap'n Proto reads a struct written by an older schema.
-std::uint64_t field(const std::byte* seg, const struct_span& s, std::size_t at,
-                    std::size_t size) noexcept {
-  if (at + size > s.data_words * 8) return 0;
+// A template, so that each read inlines to a bounds check and one load: as a call with a switch
+// on the size, field() and decode() took 5.2 % and 2.6 % of an 8-byte shm ping-pong's samples,
+// decode() alone 4.4 % since (half round trip 0.80 -> 0.78 µs, medians of four rounds: noise-level).
+template <std::size_t Size>
+inline std::uint64_t field(const std::byte* seg, const struct_span& s, std::size_t at) noexcept {
+  if (at + Size > s.data_words * 8) return 0;
   const std::byte* p = seg + s.begin * 8 + at;
-  switch (size) {
-    case 1: return std::to_integer<std::uint64_t>(p[0]);
-    case 2: return std::to_integer<std::uint64_t>(p[0]) | std::to_integer<std::uint64_t>(p[1]) << 8;
-    case 4: return load_le32(p);
-    default: return load_le64(p);
+  if constexpr (Size == 1) return std::to_integer<std::uint64_t>(p[0]);
+  if constexpr (Size == 2) {
+    return std::to_integer<std::uint64_t>(p[0]) | std::to_integer<std::uint64_t>(p[1]) << 8;
   }
+  static_assert(Size == 1 || Size == 2 || Size == 4 || Size == 8);
+  if constexpr (Size == 4) return load_le32(p);
+  return load_le64(p);
 }
 
 // The fields of a one-segment data frame; false: not that shape, ask the generic reader.
@@ -139,26 +143,26 @@ bool read_data_segment(const std::byte* seg, std::size_t seg_words, frame_header
                        data_fields& d) noexcept {
   if (seg_words == 0) return false;
   const auto frame = struct_at(seg, seg_words, 0);
-  if (!frame || field(seg, *frame, frame_at::which, 2) != schema::Frame::DATA ||
+  if (!frame || field<2>(seg, *frame, frame_at::which) != schema::Frame::DATA ||
       frame->pointers == 0) {
     return false;
   }
   const auto body = struct_at(seg, seg_words, frame->begin + frame->data_words);
   if (!body || body->data_words == 0) return false;
-  h.version = static_cast<std::uint16_t>(field(seg, *frame, frame_at::version, 2));
-  h.seq = field(seg, *frame, frame_at::seq, 8);
-  h.payload_len = static_cast<std::uint32_t>(field(seg, *frame, frame_at::payload_len, 4));
-  if ((field(seg, *frame, frame_at::has_crc32c, 1) & 1) != 0) {
-    h.crc32c = static_cast<std::uint32_t>(field(seg, *frame, frame_at::crc32c, 4));
+  h.version = static_cast<std::uint16_t>(field<2>(seg, *frame, frame_at::version));
+  h.seq = field<8>(seg, *frame, frame_at::seq);
+  h.payload_len = static_cast<std::uint32_t>(field<4>(seg, *frame, frame_at::payload_len));
+  if ((field<1>(seg, *frame, frame_at::has_crc32c) & 1) != 0) {
+    h.crc32c = static_cast<std::uint32_t>(field<4>(seg, *frame, frame_at::crc32c));
   }
-  d.src = static_cast<std::uint32_t>(field(seg, *body, data_at::src, 4));
-  d.dst = static_cast<std::uint32_t>(field(seg, *body, data_at::dst, 4));
-  d.tag = field(seg, *body, data_at::tag, 8);
-  d.message_id = field(seg, *body, data_at::message_id, 8);
-  d.fragment_index = static_cast<std::uint32_t>(field(seg, *body, data_at::fragment_index, 4));
-  d.fragment_count = static_cast<std::uint32_t>(field(seg, *body, data_at::fragment_count, 4));
-  d.total_len = field(seg, *body, data_at::total_len, 8);
-  d.fragment_offset = field(seg, *body, data_at::fragment_offset, 8);
+  d.src = static_cast<std::uint32_t>(field<4>(seg, *body, data_at::src));
+  d.dst = static_cast<std::uint32_t>(field<4>(seg, *body, data_at::dst));
+  d.tag = field<8>(seg, *body, data_at::tag);
+  d.message_id = field<8>(seg, *body, data_at::message_id);
+  d.fragment_index = static_cast<std::uint32_t>(field<4>(seg, *body, data_at::fragment_index));
+  d.fragment_count = static_cast<std::uint32_t>(field<4>(seg, *body, data_at::fragment_count));
+  d.total_len = field<8>(seg, *body, data_at::total_len);
+  d.fragment_offset = field<8>(seg, *body, data_at::fragment_offset);
   return true;
 }
 
