@@ -79,11 +79,12 @@ tcp_transport::tcp_transport(reactor& r, int fd, transport_handler& handler,
   for (std::size_t i = 0; i < ring_.size(); ++i) ring_[i].head = slab_.get() + i * slot_bytes_;
   const std::string_view cc = options.local_congestion_control;
   // An AF_UNIX socket has no congestion control to choose.
-  if (local_peer_ && !cc.empty() && congestion_control() != "" &&
+  if (local_peer_ && !cc.empty() && !congestion_control().empty() &&
       ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(), static_cast<socklen_t>(cc.size())) !=
           0) {
+    const int why = errno;
     log::get("io").debug("tcp fd {}: congestion control '{}' refused ({}); keeping '{}'", fd, cc,
-                         std::strerror(errno), congestion_control());
+                         std::strerror(why), congestion_control());
   }
 }
 

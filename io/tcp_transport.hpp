@@ -70,13 +70,13 @@ struct tcp_transport_options {
   /// 2 enters per hop without, 1 with). Frames sent from on_frame are still coalesced: the
   /// attempt happens once, after the received batch has been dispatched.
   bool direct_send = true;
-  /// SEND_ZC for large frames where the reactor allows it. A local peer (loopback address or
-  /// AF_UNIX, checked once with getpeername) always gets copying sends, whatever this says: the
+  /// SEND_ZC for large frames where the reactor allows it. A peer on this host
+  /// (peer_is_on_this_host, checked once) always gets copying sends, whatever this says: the
   /// kernel copies into the receiver anyway, and zero copy halved loopback bandwidth (reactor.hpp).
   zero_copy send_zero_copy = zero_copy::when_large;
   /// TCP_CONGESTION for a connection to a peer on this host; empty keeps the system's. Over
   /// loopback there is no loss or queue to model, and a pacing algorithm only spaces the
-  /// segments out: with BBR (the default of the machines vessel's CI runs on) 4 ranks' 1 MiB
+  /// segments out: with BBR (the system's choice on the machines we measure on) 4 ranks' 1 MiB
   /// allreduce spent a quarter of its samples arming pacing timers and sending from their
   /// softirq, and took 1.5x as long as with reno (docs/io_performance.md, "Loopback is not a
   /// network"). reno paces nothing and any process may choose it.
