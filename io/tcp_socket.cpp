@@ -61,6 +61,14 @@ result<socket_address> socket_address::local_of(int fd) noexcept {
   return a;
 }
 
+result<socket_address> socket_address::peer_of(int fd) noexcept {
+  socket_address a;
+  a.length = sizeof a.storage;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.length) != 0)
+    return last_errno();
+  return a;
+}
+
 std::uint16_t socket_address::port() const noexcept {
   if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
   if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);

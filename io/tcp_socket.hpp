@@ -29,6 +29,8 @@ struct socket_address {
   static socket_address any(int family, std::uint16_t port) noexcept;
   /// The local address of a bound or connected socket.
   static result<socket_address> local_of(int fd) noexcept;
+  /// The address a connected socket's peer has.
+  static result<socket_address> peer_of(int fd) noexcept;
 
   int family() const noexcept { return storage.ss_family; }
   std::uint16_t port() const noexcept;

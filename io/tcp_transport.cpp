@@ -14,6 +14,7 @@
 #include "wire/errc.hpp"
 #include "io/log.hpp"
 #include "io/reactor.hpp"
+#include "io/tcp_socket.hpp"
 
 namespace vessel::io {
 namespace {
@@ -39,23 +40,23 @@ constexpr std::uint32_t header_first_after_large = 8;
 }  // namespace
 
 bool peer_is_on_this_host(int fd) noexcept {
-  sockaddr_storage peer{};
-  socklen_t len = sizeof peer;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return false;
-  if (peer.ss_family == AF_UNIX) return true;
-  sockaddr_storage self{};
-  len = sizeof self;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) != 0) return false;
-  if (peer.ss_family == AF_INET) {
-    const auto& a = reinterpret_cast<const sockaddr_in&>(peer).sin_addr;
+  const auto peer = socket_address::peer_of(fd);
+  if (!peer) return false;
+  if (peer.value().family() == AF_UNIX) return true;
+  const auto self = socket_address::local_of(fd);
+  if (!self) return false;
+  const sockaddr* p = peer.value().data();
+  const sockaddr* s = self.value().data();
+  if (p->sa_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in*>(p)->sin_addr;
     return (ntohl(a.s_addr) >> 24) == 127 ||
-           a.s_addr == reinterpret_cast<const sockaddr_in&>(self).sin_addr.s_addr;
+           a.s_addr == reinterpret_cast<const sockaddr_in*>(s)->sin_addr.s_addr;
   }
-  if (peer.ss_family == AF_INET6) {
-    const auto& a = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
+  if (p->sa_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6*>(p)->sin6_addr;
     if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
     if (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127) return true;
-    return IN6_ARE_ADDR_EQUAL(&a, &reinterpret_cast<const sockaddr_in6&>(self).sin6_addr);
+    return IN6_ARE_ADDR_EQUAL(&a, &reinterpret_cast<const sockaddr_in6*>(s)->sin6_addr);
   }
   return false;
 }
