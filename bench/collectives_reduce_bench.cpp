@@ -89,6 +89,23 @@ void BM_reduce_f16_sum_portable(benchmark::State& state) {
 }
 BENCHMARK(BM_reduce_f16_sum_portable)->Apply(sizes);
 
+// out = a op b into a third buffer, as a ring's reducing step does (its input and a peer's chunk
+// into the output): the same three streams as reduce_into.
+void BM_reduce_to_f32_sum(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const auto a = random_operand(bytes, dtype::float32, 1);
+  const auto b = random_operand(bytes, dtype::float32, 2);
+  std::vector<std::byte> out(bytes, std::byte{0});
+  for (auto _ : state) {
+    auto r = reduce_to(out, a, b, dtype::float32, reduce_op::sum);
+    benchmark::DoNotOptimize(r);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * 3 * state.range(0));
+  state.SetLabel(std::string{to_string(default_kernel_isa())});
+}
+BENCHMARK(BM_reduce_to_f32_sum)->Apply(sizes);
+
 void BM_memcpy(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   const auto src = random_operand(bytes, dtype::float32, 3);

@@ -1,6 +1,5 @@
 #include "collectives/reduce.hpp"
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -9,7 +8,6 @@
 #include "collectives/errc.hpp"
 #include "collectives/half.hpp"
 #include "collectives/reduce_kernels.hpp"
-#include "wire/copy_bytes.hpp"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -19,7 +17,9 @@
 namespace vessel::collectives {
 namespace {
 
-using kernel_fn = void (*)(std::byte* inout, const std::byte* in, std::size_t bytes) noexcept;
+/// out = left op right over `bytes` (kernels::run_blocks).
+using kernel_fn = void (*)(std::byte* out, const std::byte* left, const std::byte* right,
+                           std::size_t bytes) noexcept;
 
 constexpr bool is_bitwise(reduce_op op) noexcept {
   return op == reduce_op::band || op == reduce_op::bor || op == reduce_op::bxor;
@@ -27,19 +27,22 @@ constexpr bool is_bitwise(reduce_op op) noexcept {
 
 // 16-byte vectors: SSE2 on x86-64, NEON on AArch64.
 template <class T, reduce_op Op>
-void native_portable(std::byte* inout, const std::byte* in, std::size_t bytes) noexcept {
-  kernels::run_blocks<kernels::native_block<T, Op, 16>>(inout, in, bytes);
+void native_portable(std::byte* out, const std::byte* left, const std::byte* right,
+                     std::size_t bytes) noexcept {
+  kernels::run_blocks<kernels::native_block<T, Op, 16>>(out, left, right, bytes);
 }
 
 template <reduce_op Op>
-void bfloat16_portable(std::byte* inout, const std::byte* in, std::size_t bytes) noexcept {
-  kernels::run_blocks<kernels::bfloat16_block<Op, 16>>(inout, in, bytes);
+void bfloat16_portable(std::byte* out, const std::byte* left, const std::byte* right,
+                       std::size_t bytes) noexcept {
+  kernels::run_blocks<kernels::bfloat16_block<Op, 16>>(out, left, right, bytes);
 }
 
 // Without F16C: conversions in integer vector code (reduce_kernels.hpp).
 template <reduce_op Op>
-void float16_portable(std::byte* inout, const std::byte* in, std::size_t bytes) noexcept {
-  kernels::run_blocks<kernels::float16_block<Op, 16>>(inout, in, bytes);
+void float16_portable(std::byte* out, const std::byte* left, const std::byte* right,
+                      std::size_t bytes) noexcept {
+  kernels::run_blocks<kernels::float16_block<Op, 16>>(out, left, right, bytes);
 }
 
 #if defined(__x86_64__)
@@ -52,45 +55,44 @@ bool has_f16c() noexcept {
 }
 
 template <class T, reduce_op Op>
-[[gnu::target("avx2")]] void native_avx2(std::byte* inout, const std::byte* in,
-                                         std::size_t bytes) noexcept {
-  kernels::run_blocks<kernels::native_block<T, Op, 32>>(inout, in, bytes);
+[[gnu::target("avx2")]] void native_avx2(std::byte* out, const std::byte* left,
+                                         const std::byte* right, std::size_t bytes) noexcept {
+  kernels::run_blocks<kernels::native_block<T, Op, 32>>(out, left, right, bytes);
 }
 
 template <reduce_op Op>
-[[gnu::target("avx2")]] void bfloat16_avx2(std::byte* inout, const std::byte* in,
-                                           std::size_t bytes) noexcept {
-  kernels::run_blocks<kernels::bfloat16_block<Op, 32>>(inout, in, bytes);
+[[gnu::target("avx2")]] void bfloat16_avx2(std::byte* out, const std::byte* left,
+                                           const std::byte* right, std::size_t bytes) noexcept {
+  kernels::run_blocks<kernels::bfloat16_block<Op, 32>>(out, left, right, bytes);
 }
 
 /// Eight halves <-> eight floats per F16C instruction, rounding to nearest-even like
 /// float_to_float16 (NaNs quieted with their upper payload, subnormals kept).
 template <reduce_op Op>
-[[gnu::target("avx2,f16c")]] void float16_f16c(std::byte* inout, const std::byte* in,
-                                               std::size_t bytes) noexcept {
+[[gnu::target("avx2,f16c")]] void float16_f16c(std::byte* out, const std::byte* left,
+                                               const std::byte* right, std::size_t bytes) noexcept {
   constexpr int round = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   std::size_t at = 0;
   for (; at + 32 <= bytes; at += 32) {
-    __m256 a0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(inout + at)));
-    __m256 a1 =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(inout + at + 16)));
+    __m256 a0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(left + at)));
+    __m256 a1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(left + at + 16)));
     const __m256 b0 =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + at)));
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(right + at)));
     const __m256 b1 =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + at + 16)));
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(right + at + 16)));
     kernels::combine<Op, float>(a0, b0);
     kernels::combine<Op, float>(a1, b1);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(inout + at), _mm256_cvtps_ph(a0, round));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(inout + at + 16), _mm256_cvtps_ph(a1, round));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + at), _mm256_cvtps_ph(a0, round));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + at + 16), _mm256_cvtps_ph(a1, round));
   }
   if (at == bytes) return;
   alignas(32) std::byte a[32] = {};
   alignas(32) std::byte b[32] = {};
   const std::size_t rest = bytes - at;
-  std::memcpy(a, inout + at, rest);
-  std::memcpy(b, in + at, rest);
-  float16_f16c<Op>(a, b, 32);
-  std::memcpy(inout + at, a, rest);
+  std::memcpy(a, left + at, rest);
+  std::memcpy(b, right + at, rest);
+  float16_f16c<Op>(a, a, b, 32);
+  std::memcpy(out + at, a, rest);
 }
 #endif
 
@@ -218,7 +220,7 @@ result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> 
   const kernel_fn kernel = select(t, op, isa);
   if (kernel == nullptr) return errc::unsupported_op;
   if (inout.size() != in.size() || inout.size() % size_of(t) != 0) return errc::size_mismatch;
-  if (!inout.empty()) kernel(inout.data(), in.data(), inout.size());
+  if (!inout.empty()) kernel(inout.data(), inout.data(), in.data(), inout.size());
   return outcome::success();
 }
 
@@ -229,20 +231,15 @@ result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> 
 
 result<void> reduce_to(std::span<std::byte> out, std::span<const std::byte> a,
                        std::span<const std::byte> b, dtype t, reduce_op op) noexcept {
-  const kernel_isa isa = default_kernel_isa();
-  VESSEL_TRY(reduce_into(out.first(0), b.first(0), t, op, isa));  // type and op, before any write
+  if (size_of(t) == 0) return errc::unsupported_type;
+  const kernel_fn kernel = select(t, op, default_kernel_isa());
+  if (kernel == nullptr) return errc::unsupported_op;
   if (out.size() != a.size() || out.size() != b.size() || out.size() % size_of(t) != 0) {
     return errc::size_mismatch;
   }
-  // In L1-sized pieces: each piece of `a` is copied into `out` and reduced there while it is
-  // still in cache, so memory sees one read of each operand and one write, as a three-operand
-  // kernel would (without a second set of kernels). Powers of two: whole elements per piece.
-  constexpr std::size_t piece = 8192;
-  for (std::size_t at = 0; at < out.size(); at += piece) {
-    const std::size_t n = std::min(piece, out.size() - at);
-    if (out.data() != a.data()) wire::copy_bytes(out.data() + at, a.data() + at, n);
-    VESSEL_TRY(reduce_into(out.subspan(at, n), b.subspan(at, n), t, op, isa));
-  }
+  // One pass with three operands. Copying `a` into `out` first, even in L1-sized pieces, ran at
+  // less than half this rate (bench_collectives_reduce, BM_reduce_to_f32_sum).
+  if (!out.empty()) kernel(out.data(), a.data(), b.data(), out.size());
   return outcome::success();
 }
 
@@ -262,7 +259,9 @@ result<void> finish_average(std::span<std::byte> inout, dtype t,
     case dtype::uint64: divide<std::uint64_t>(out, n, contributors); break;
     case dtype::float32: divide<float>(out, n, contributors); break;
     case dtype::float64: divide<double>(out, n, contributors); break;
-    case dtype::float16: divide_half<float16_to_float, float_to_float16>(out, n, contributors); break;
+    case dtype::float16:
+      divide_half<float16_to_float, float_to_float16>(out, n, contributors);
+      break;
     case dtype::bfloat16:
       divide_half<bfloat16_to_float, float_to_bfloat16>(out, n, contributors);
       break;

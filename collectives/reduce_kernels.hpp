@@ -27,8 +27,7 @@ struct lane {
   using type = T;
 };
 template <class T, reduce_op Op>
-  requires(std::is_integral_v<T> && Op != reduce_op::min && Op != reduce_op::max)
-struct lane<T, Op> {
+requires(std::is_integral_v<T>&& Op != reduce_op::min && Op != reduce_op::max) struct lane<T, Op> {
   using type = std::make_unsigned_t<T>;
 };
 template <class T, reduce_op Op>
@@ -87,20 +86,23 @@ template <class V>
   std::memcpy(p, &v, sizeof v);
 }
 
+/// Every block below computes out = left op right over block_bytes.
+
 /// One block of a natively supported type, in vectors of VB bytes: the register width of the
 /// instruction set (16 for SSE2, 32 for AVX2). Wider generic vectors would be split by GCC, but
 /// their compares are split into scalar code.
 template <class T, reduce_op Op, std::size_t VB>
-[[gnu::always_inline]] inline void native_block(std::byte* inout, const std::byte* in) noexcept {
+[[gnu::always_inline]] inline void native_block(std::byte* out, const std::byte* left,
+                                                const std::byte* right) noexcept {
   using Lane = lane_t<T, Op>;
   using V = vec<Lane, VB>;
   // A constant trip count: GCC unrolls it and keeps every vector in a register.
   for (std::size_t at = 0; at < block_bytes; at += VB) {
     V a, b;
-    load(a, inout + at);
-    load(b, in + at);
+    load(a, left + at);
+    load(b, right + at);
     combine<Op, Lane>(a, b);
-    store(inout + at, a);
+    store(out + at, a);
   }
 }
 
@@ -121,13 +123,14 @@ template <class W>
 /// once its lower half is masked off, the lower one once shifted up. Everything stays in 32-bit
 /// lanes, so neither SSE2 nor AVX2 needs a widening or narrowing shuffle.
 template <reduce_op Op, std::size_t VB>
-[[gnu::always_inline]] inline void bfloat16_block(std::byte* inout, const std::byte* in) noexcept {
+[[gnu::always_inline]] inline void bfloat16_block(std::byte* out, const std::byte* left,
+                                                  const std::byte* right) noexcept {
   using W = vec<std::uint32_t, VB>;
   using F = vec<float, VB>;
   for (std::size_t at = 0; at < block_bytes; at += VB) {
     W a, b;
-    load(a, inout + at);
-    load(b, in + at);
+    load(a, left + at);
+    load(b, right + at);
     F a_low = reinterpret_cast<F>(a << 16);
     F a_high = reinterpret_cast<F>(a & 0xFFFF0000u);
     combine<Op, float>(a_low, reinterpret_cast<F>(b << 16));
@@ -136,7 +139,7 @@ template <reduce_op Op, std::size_t VB>
     W high = reinterpret_cast<W>(a_high);
     round_to_bfloat16_high(low);
     round_to_bfloat16_high(high);
-    store(inout + at, W{(low >> 16) | (high & 0xFFFF0000u)});
+    store(out + at, W{(low >> 16) | (high & 0xFFFF0000u)});
   }
 }
 
@@ -179,13 +182,14 @@ template <class W>
 
 /// One block of float16 without F16C: two elements per 32-bit lane, as for bfloat16.
 template <reduce_op Op, std::size_t VB>
-[[gnu::always_inline]] inline void float16_block(std::byte* inout, const std::byte* in) noexcept {
+[[gnu::always_inline]] inline void float16_block(std::byte* out, const std::byte* left,
+                                                 const std::byte* right) noexcept {
   using W = vec<std::uint32_t, VB>;
   using F = vec<float, VB>;
   for (std::size_t at = 0; at < block_bytes; at += VB) {
     W a, b;
-    load(a, inout + at);
-    load(b, in + at);
+    load(a, left + at);
+    load(b, right + at);
     W a_low = a & 0xFFFFu, a_high = a >> 16, b_low = b & 0xFFFFu, b_high = b >> 16;
     float16_to_float_bits(a_low);
     float16_to_float_bits(a_high);
@@ -199,25 +203,26 @@ template <reduce_op Op, std::size_t VB>
     W high_bits = reinterpret_cast<W>(high);
     float_bits_to_float16(low_bits);
     float_bits_to_float16(high_bits);
-    store(inout + at, W{low_bits | (high_bits << 16)});
+    store(out + at, W{low_bits | (high_bits << 16)});
   }
 }
 
-/// Runs Block over whole blocks, then once over the tail copied into a padded block, so the tail
-/// is computed by the same code as the body.
+/// out = left op right: Block over whole blocks, then once over the tail copied into a padded
+/// block, so the tail is computed by the same code as the body. Every block reads both operands
+/// before it writes, so `out` may be `left` (or `right`) itself.
 template <auto Block>
-[[gnu::always_inline]] inline void run_blocks(std::byte* inout, const std::byte* in,
-                                              std::size_t bytes) noexcept {
+[[gnu::always_inline]] inline void run_blocks(std::byte* out, const std::byte* left,
+                                              const std::byte* right, std::size_t bytes) noexcept {
   std::size_t at = 0;
-  for (; at + block_bytes <= bytes; at += block_bytes) Block(inout + at, in + at);
+  for (; at + block_bytes <= bytes; at += block_bytes) Block(out + at, left + at, right + at);
   if (at == bytes) return;
   const std::size_t rest = bytes - at;
   alignas(64) std::byte a[block_bytes] = {};
   alignas(64) std::byte b[block_bytes] = {};
-  std::memcpy(a, inout + at, rest);
-  std::memcpy(b, in + at, rest);
-  Block(a, b);
-  std::memcpy(inout + at, a, rest);
+  std::memcpy(a, left + at, rest);
+  std::memcpy(b, right + at, rest);
+  Block(a, a, b);
+  std::memcpy(out + at, a, rest);
 }
 
 }  // namespace vessel::collectives::kernels

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -23,12 +24,11 @@
 namespace vessel::collectives {
 namespace {
 
-constexpr dtype all_types[] = {dtype::int8,    dtype::uint8,    dtype::int32,   dtype::uint32,
-                               dtype::int64,   dtype::uint64,   dtype::float16, dtype::bfloat16,
+constexpr dtype all_types[] = {dtype::int8,    dtype::uint8,  dtype::int32,   dtype::uint32,
+                               dtype::int64,   dtype::uint64, dtype::float16, dtype::bfloat16,
                                dtype::float32, dtype::float64};
-constexpr reduce_op all_ops[] = {reduce_op::sum, reduce_op::prod, reduce_op::min,
-                                 reduce_op::max, reduce_op::avg,  reduce_op::band,
-                                 reduce_op::bor, reduce_op::bxor};
+constexpr reduce_op all_ops[] = {reduce_op::sum, reduce_op::prod, reduce_op::min, reduce_op::max,
+                                 reduce_op::avg, reduce_op::band, reduce_op::bor, reduce_op::bxor};
 
 // ---- reference ---------------------------------------------------------------------------------
 
@@ -128,19 +128,18 @@ T get(const std::byte* p, std::size_t i) {
                                            const std::byte* b, const std::byte* got,
                                            std::size_t i) {
   auto fail = [&](auto expected, auto actual) {
-    return ::testing::AssertionFailure()
-           << to_string(t) << " " << to_string(op) << " element " << i << ": expected "
-           << +expected << " got " << +actual;
+    return ::testing::AssertionFailure() << to_string(t) << " " << to_string(op) << " element " << i
+                                         << ": expected " << +expected << " got " << +actual;
   };
   auto same_float = [](auto x, auto y) {
     return (std::isnan(x) && std::isnan(y)) || std::memcmp(&x, &y, sizeof x) == 0;
   };
   switch (t) {
-#define VESSEL_INTEGER_CASE(D, T)                                            \
-  case dtype::D: {                                                           \
-    const T expected = reference_integer(get<T>(a, i), get<T>(b, i), op);    \
-    if (get<T>(got, i) != expected) return fail(expected, get<T>(got, i));   \
-    break;                                                                   \
+#define VESSEL_INTEGER_CASE(D, T)                                          \
+  case dtype::D: {                                                         \
+    const T expected = reference_integer(get<T>(a, i), get<T>(b, i), op);  \
+    if (get<T>(got, i) != expected) return fail(expected, get<T>(got, i)); \
+    break;                                                                 \
   }
     VESSEL_INTEGER_CASE(int8, std::int8_t)
     VESSEL_INTEGER_CASE(uint8, std::uint8_t)
@@ -301,8 +300,8 @@ TEST(CollectivesReduce, InPlaceOperandAliasingInout) {
 
 TEST(CollectivesReduce, ReduceToEqualsCopyThenReduceInto) {
   std::mt19937_64 rng(11);
-  // Across the 8 KiB pieces reduce_to works in: inside one, on a boundary, several and a tail.
-  const std::size_t byte_counts[] = {0, 8, 24, 8192, 8200, 3 * 8192 + 40, 70000};
+  // Around the kernels' 128-byte blocks (a tail alone, whole blocks, blocks and a tail) and long.
+  const std::size_t byte_counts[] = {0, 8, 24, 128, 136, 1000, 8192, 8200, 70000};
   for (dtype t : all_types) {
     for (reduce_op op : all_ops) {
       if (!supports(t, op)) continue;
@@ -324,10 +323,36 @@ TEST(CollectivesReduce, ReduceToEqualsCopyThenReduceInto) {
   }
 }
 
+TEST(CollectivesReduce, ReduceToFromMisalignedOperandsMatchesReference) {
+  // Each operand at its own offset from alignment: the kernel loads and stores unaligned.
+  std::mt19937_64 rng(12);
+  for (dtype t : all_types) {
+    const std::size_t count = 1031;
+    const std::size_t bytes = count * size_of(t);
+    const auto a = random_elements(t, count, rng);
+    const auto b = random_elements(t, count, rng);
+    auto expected = a;
+    ASSERT_TRUE(reduce_into(expected, b, t, reduce_op::sum));
+    std::vector<std::byte> a_store(bytes + 64), b_store(bytes + 64), out_store(bytes + 64);
+    const std::span<std::byte> a_at{a_store.data() + 3, bytes};
+    const std::span<std::byte> b_at{b_store.data() + 17, bytes};
+    const std::span<std::byte> out_at{out_store.data() + 33, bytes};
+    std::copy(a.begin(), a.end(), a_at.begin());
+    std::copy(b.begin(), b.end(), b_at.begin());
+    ASSERT_TRUE(reduce_to(out_at, a_at, b_at, t, reduce_op::sum));
+    EXPECT_TRUE(std::equal(out_at.begin(), out_at.end(), expected.begin())) << to_string(t);
+    EXPECT_TRUE(std::all_of(out_store.begin(), out_store.begin() + 33,
+                            [](std::byte x) { return x == std::byte{0}; }));
+    EXPECT_TRUE(std::all_of(out_store.begin() + 33 + static_cast<std::ptrdiff_t>(bytes),
+                            out_store.end(), [](std::byte x) { return x == std::byte{0}; }))
+        << "wrote past the output: " << to_string(t);
+  }
+}
+
 TEST(CollectivesReduce, ReduceToRefusesBadCallsBeforeWritingAnything) {
   const std::vector<std::byte> untouched(16, std::byte{7});
-  std::vector<std::byte> out = untouched, a(16, std::byte{1}), b(16, std::byte{2}), b12(12),
-                         a6(6), b6(6), out6(6, std::byte{7});
+  std::vector<std::byte> out = untouched, a(16, std::byte{1}), b(16, std::byte{2}), b12(12), a6(6),
+                         b6(6), out6(6, std::byte{7});
   auto r = reduce_to(out, a, b, dtype::float32, reduce_op::band);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error(), errc::unsupported_op);
@@ -380,8 +405,7 @@ TEST(CollectivesReduce, IsasAgreeBitForBit) {
 
 // ---- float16/bfloat16 rounding corners -------------------------------------------------------
 
-std::uint16_t reduce_pair(dtype t, reduce_op op, std::uint16_t a, std::uint16_t b,
-                          kernel_isa isa) {
+std::uint16_t reduce_pair(dtype t, reduce_op op, std::uint16_t a, std::uint16_t b, kernel_isa isa) {
   std::byte x[2], y[2];
   std::memcpy(x, &a, 2);
   std::memcpy(y, &b, 2);
@@ -558,10 +582,11 @@ TEST(CollectivesReduce, AverageSumsThenDividesTruncatingIntegers) {
   EXPECT_EQ(values_of<std::int8_t>(b), (std::vector<std::int8_t>{0, 0}));
   auto c = bytes_of<std::uint64_t>({~std::uint64_t{0}});
   ASSERT_TRUE(finish_average(c, dtype::uint64, 3));
-  EXPECT_EQ(values_of<std::uint64_t>(c)[0], ~std::uint64_t{0} / 3);
+  EXPECT_EQ(values_of<std::uint64_t>(c), (std::vector<std::uint64_t>{~std::uint64_t{0} / 3}));
   auto d = bytes_of<std::int64_t>({std::numeric_limits<std::int64_t>::min()});
   ASSERT_TRUE(finish_average(d, dtype::int64, 4000000000u));
-  EXPECT_EQ(values_of<std::int64_t>(d)[0], std::numeric_limits<std::int64_t>::min() / 4000000000);
+  EXPECT_EQ(values_of<std::int64_t>(d),
+            (std::vector<std::int64_t>{std::numeric_limits<std::int64_t>::min() / 4000000000}));
 
   const auto r = finish_average(a, dtype::int8, 0);
   ASSERT_FALSE(r);
