@@ -208,6 +208,7 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!reserve()) {
       ++stats_.send_queue_full;
+      note_queue_high_water();  // full: the mark a sampled one could miss
       want_writable_ = true;
       refused_ring_bytes_ = rec_len + record_prefix;
       refused_area_bytes_ = area_len;
@@ -242,16 +243,22 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
   if (in_area) tx_area_.publish();
   tx_ring_.publish();  // release: everything above happens-before the peer's acquire of head
 
+  // The high-water mark is sampled: queued_bytes() loads the consumer's tail line, which the
+  // consumer writes on every frame, and that miss cost an 8-byte ping-pong ~0.05 of its 0.65 us.
+  if ((stats_.frames_sent & 63) == 0) note_queue_high_water();
   ++stats_.frames_sent;
   stats_.bytes_sent += wire_header.size() + payload_len;
-  stats_.send_queue_high_water = std::max<std::uint64_t>(stats_.send_queue_high_water,
-                                                         queued_bytes());
   wake_peer_consumer();
   return outcome::success();
 }
 
 std::size_t shm_transport::queued_bytes() const noexcept {
   return static_cast<std::size_t>(tx_ring_.in_use() + tx_area_.in_use());
+}
+
+void shm_transport::note_queue_high_water() noexcept {
+  stats_.send_queue_high_water =
+      std::max<std::uint64_t>(stats_.send_queue_high_water, queued_bytes());
 }
 
 // No lost wake-up (Dekker, both sides seq_cst-fenced):

@@ -111,6 +111,7 @@ class shm_transport final : public transport, private loop_poller {
   spin_result spin_for_frames();
   bool try_sleep();
   bool has_room() const noexcept;
+  void note_queue_high_water() noexcept;  // stats_.send_queue_high_water from queued_bytes()
   void check_writable();
   void wake_peer_consumer();
   void wake_peer_producer();

@@ -52,7 +52,7 @@ struct transport_stats {
   std::uint64_t bytes_sent = 0;      ///< on the wire: headers and payloads
   std::uint64_t bytes_received = 0;  ///< on the wire: headers and payloads
   std::uint64_t send_queue_full = 0; ///< times send() pushed back
-  std::uint64_t send_queue_high_water = 0;  ///< most bytes ever queued for sending
+  std::uint64_t send_queue_high_water = 0;  ///< most bytes ever queued for sending (shm: sampled)
 };
 
 /// A connected, framed, ordered byte channel to one peer.
