@@ -231,8 +231,15 @@ result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> 
 
 result<void> reduce_to(std::span<std::byte> out, std::span<const std::byte> a,
                        std::span<const std::byte> b, dtype t, reduce_op op) noexcept {
+  return reduce_to(out, a, b, t, op, default_kernel_isa());
+}
+
+result<void> reduce_to(std::span<std::byte> out, std::span<const std::byte> a,
+                       std::span<const std::byte> b, dtype t, reduce_op op,
+                       kernel_isa isa) noexcept {
   if (size_of(t) == 0) return errc::unsupported_type;
-  const kernel_fn kernel = select(t, op, default_kernel_isa());
+  if (!kernel_isa_supported(isa)) return errc::unsupported_isa;
+  const kernel_fn kernel = select(t, op, isa);
   if (kernel == nullptr) return errc::unsupported_op;
   if (out.size() != a.size() || out.size() != b.size() || out.size() % size_of(t) != 0) {
     return errc::size_mismatch;

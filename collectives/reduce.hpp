@@ -18,7 +18,8 @@ enum class kernel_isa : std::uint8_t {
   avx2,      ///< 32-byte AVX2 vectors, F16C conversions for float16
 };
 
-/// The set reduce_into uses: the best the CPU supports, or portable when VESSEL_REDUCE_ISA=portable.
+/// The set reduce_into uses: the best the CPU supports, or portable when
+/// VESSEL_REDUCE_ISA=portable.
 kernel_isa default_kernel_isa() noexcept;
 /// Whether this CPU can run `isa`.
 bool kernel_isa_supported(kernel_isa isa) noexcept;
@@ -46,6 +47,10 @@ result<void> reduce_into(std::span<std::byte> inout, std::span<const std::byte> 
 /// `out`. Same results and errors as reduce_into (all three lengths equal).
 result<void> reduce_to(std::span<std::byte> out, std::span<const std::byte> a,
                        std::span<const std::byte> b, dtype t, reduce_op op) noexcept;
+/// The same with a chosen instruction set; an unsupported `isa` is unsupported_isa.
+result<void> reduce_to(std::span<std::byte> out, std::span<const std::byte> a,
+                       std::span<const std::byte> b, dtype t, reduce_op op,
+                       kernel_isa isa) noexcept;
 
 /// Divides every element by `contributors` once an avg has been summed: integers truncate
 /// toward zero, floats divide (float16/bfloat16 in float32, rounded back).

@@ -314,6 +314,16 @@ TEST(CollectivesReduce, ReduceToEqualsCopyThenReduceInto) {
         std::vector<std::byte> out(a.size(), std::byte{0x5A});
         ASSERT_TRUE(reduce_to(out, a, b, t, op));
         ASSERT_EQ(out, expected) << to_string(t) << " " << to_string(op) << " " << count;
+        // Each instruction set's three-operand kernels, not only the default's (against the
+        // same set's reduce_into: which NaN payload survives may differ between sets).
+        for (kernel_isa isa : supported_isas()) {
+          auto expected_by_isa = a;
+          ASSERT_TRUE(reduce_into(expected_by_isa, b, t, op, isa));
+          std::vector<std::byte> by_isa(a.size(), std::byte{0x5A});
+          ASSERT_TRUE(reduce_to(by_isa, a, b, t, op, isa));
+          ASSERT_EQ(by_isa, expected_by_isa)
+              << to_string(t) << " " << to_string(op) << " " << count << " " << to_string(isa);
+        }
         // `out` may be `a` itself (an in-place collective reduces its input where it lies).
         auto in_place = a;
         ASSERT_TRUE(reduce_to(in_place, in_place, b, t, op));
@@ -362,6 +372,9 @@ TEST(CollectivesReduce, ReduceToRefusesBadCallsBeforeWritingAnything) {
   r = reduce_to(out, a, b12, dtype::int32, reduce_op::sum);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error(), errc::size_mismatch);
+  r = reduce_to(out, a, b, dtype::int32, reduce_op::sum, static_cast<kernel_isa>(42));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error(), errc::unsupported_isa);
   EXPECT_EQ(out, untouched);
   r = reduce_to(out6, a6, b6, dtype::float32, reduce_op::sum);  // not whole elements
   ASSERT_FALSE(r);
