@@ -1,7 +1,10 @@
 #include "actors/rank_actor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
+#include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -22,11 +25,16 @@ namespace {
 static_assert(rank_any_source == any_source && rank_any_tag == any_tag,
               "the rank actor's wildcards are the matcher's");
 
+using deadline_clock = std::chrono::steady_clock;
+/// Receive deadlines, earliest first: cookie of the receive.
+using deadline_map = std::multimap<deadline_clock::time_point, std::uint64_t>;
+
 struct pending_receive {
   receive_id id = 0;
   std::uint32_t source = 0;
   std::uint64_t tag = 0;
   caf::typed_response_promise<envelope> promise;
+  std::optional<deadline_map::iterator> deadline;  // none: waits without a timeout
 };
 
 struct waiting_send {
@@ -47,7 +55,8 @@ class outbox_credit final : public credit_sink {
     out_->release(source, bytes);
   }
   void on_backpressure(bool over_bound) override {
-    log::get("actors").debug("rank actor: unexpected queue {} its bound", over_bound ? "over" : "back under");
+    log::get("actors").debug("rank actor: unexpected queue {} its bound",
+                             over_bound ? "over" : "back under");
   }
   void release_all() {
     for (std::uint32_t s = 0; s < held_.size(); ++s) {
@@ -68,6 +77,11 @@ struct rank_state {
   std::unique_ptr<message_matcher> matcher;
   std::unordered_map<std::uint64_t, pending_receive> receives;  // by cookie
   std::vector<std::deque<waiting_send>> waiting;                // by destination
+  // One CAF timer for all receives: the earliest deadline's. A delayed_send per receive wakes
+  // CAF's clock thread on every receive (its queue's condition variable), a thread hand-off
+  // more per message on the actor path, and leaves an entry there until its timeout passes.
+  deadline_map deadlines;
+  std::optional<deadline_clock::time_point> tick_at;  // the earliest tick scheduled, if any
   std::uint64_t next_cookie = 1;
   rank_stats stats;
   static inline const char* name = "vessel.rank";
@@ -79,6 +93,7 @@ struct rank_state {
 
   void deliver(pending_receive& r, p2p_message&& m) {
     ++stats.received;
+    if (r.deadline) deadlines.erase(*r.deadline);
     r.promise.deliver(envelope{m.source, m.tag, m.message_id, payload{std::move(m.payload)}});
   }
 
@@ -105,6 +120,23 @@ struct rank_state {
 
 using self_ptr = rank_impl_actor::stateful_pointer<rank_state>;
 
+std::uint64_t tick_stamp(deadline_clock::time_point t) noexcept {
+  return static_cast<std::uint64_t>(t.time_since_epoch().count());
+}
+
+/// Schedules a tick for the earliest deadline unless one at or before it is already scheduled.
+/// Ticks scheduled for later deadlines stay where they are: they find nothing due, or less.
+void arm_deadline_tick(self_ptr self) {
+  auto& st = self->state;
+  if (st.deadlines.empty()) return;
+  const auto next = st.deadlines.begin()->first;
+  if (st.tick_at && *st.tick_at <= next) return;
+  st.tick_at = next;
+  const auto in = std::max(next - deadline_clock::now(), deadline_clock::duration::zero());
+  self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(in), recv_timeout_atom::value,
+                     tick_stamp(next));
+}
+
 std::string describe_receive(std::uint32_t source, std::uint64_t tag) {
   std::string what = "no message from ";
   what += source == rank_any_source ? std::string{"any source"} : "rank " + std::to_string(source);
@@ -127,9 +159,9 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
         auto& st = self->state;
         if (dst >= st.config.world_size) {
           ++st.stats.send_errors;
-          return to_caf_error(errc::rank_out_of_range,
-                              "send to rank " + std::to_string(dst) + " in a world of " +
-                                  std::to_string(st.config.world_size));
+          return to_caf_error(errc::rank_out_of_range, "send to rank " + std::to_string(dst) +
+                                                           " in a world of " +
+                                                           std::to_string(st.config.world_size));
         }
         auto& q = st.waiting[dst];
         if (q.empty() && st.credit->out().has_room(dst)) {
@@ -175,13 +207,18 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
         if (timeout <= caf::timespan::zero()) {
           st.matcher->cancel(p.id);
           ++st.stats.receive_timeouts;
-          return to_caf_error(actor_errc::receive_timeout, describe_receive(source, tag) + " waiting");
+          return to_caf_error(actor_errc::receive_timeout,
+                              describe_receive(source, tag) + " waiting");
         }
         auto promise = self->make_response_promise<envelope>();
-        st.receives.emplace(cookie, pending_receive{p.id, source, tag, promise});
-        if (timeout != caf::timespan::max()) {
-          self->delayed_send(self, timeout, recv_timeout_atom::value, cookie);
+        pending_receive r{p.id, source, tag, promise, std::nullopt};
+        const auto now = deadline_clock::now();
+        const auto wait = std::chrono::duration_cast<deadline_clock::duration>(timeout);
+        if (wait < deadline_clock::time_point::max() - now) {  // else: as good as forever
+          r.deadline = st.deadlines.emplace(now + wait, cookie);
         }
+        st.receives.emplace(cookie, std::move(r));
+        arm_deadline_tick(self);
         return promise;
       },
       [self](stats_atom) {
@@ -202,7 +239,8 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
           const std::size_t bytes = m.payload.size();
           const std::uint32_t source = m.src;
           if (source < st.config.world_size) st.credit->arrived(source, bytes);
-          auto done = st.matcher->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
+          auto done =
+              st.matcher->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
           if (!done) {  // not a rank of this world: the transport never delivers one
             log::get("actors").warn("rank actor: dropped a message from rank {}: {}", source,
                                     done.error().message());
@@ -215,16 +253,22 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
           st.receives.erase(it);
         }
       },
-      [self](recv_timeout_atom, std::uint64_t cookie) {
+      [self](recv_timeout_atom, std::uint64_t tick) {
         auto& st = self->state;
-        auto it = st.receives.find(cookie);
-        if (it == st.receives.end()) return;  // completed first
-        st.matcher->cancel(it->second.id);
-        ++st.stats.receive_timeouts;
-        it->second.promise.deliver(to_caf_error(
-            actor_errc::receive_timeout,
-            describe_receive(it->second.source, it->second.tag) + " arrived in time"));
-        st.receives.erase(it);
+        if (st.tick_at && tick_stamp(*st.tick_at) == tick) st.tick_at.reset();
+        const auto now = deadline_clock::now();
+        while (!st.deadlines.empty() && st.deadlines.begin()->first <= now) {
+          auto it = st.receives.find(st.deadlines.begin()->second);
+          st.deadlines.erase(st.deadlines.begin());
+          if (it == st.receives.end()) continue;  // cannot happen: deliver() erases both
+          st.matcher->cancel(it->second.id);
+          ++st.stats.receive_timeouts;
+          it->second.promise.deliver(to_caf_error(
+              actor_errc::receive_timeout,
+              describe_receive(it->second.source, it->second.tag) + " arrived in time"));
+          st.receives.erase(it);
+        }
+        arm_deadline_tick(self);
       },
   };
 }

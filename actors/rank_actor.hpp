@@ -25,7 +25,7 @@
 
 namespace vessel::actors {
 
-/// Internal: a receive's deadline passed (receive cookie).
+/// Internal: the earliest receive deadline is due (its time point, steady_clock ticks).
 using recv_timeout_atom = caf::atom_constant<caf::atom("recvtmo")>;
 /// Internal: the outbox has room for a destination again.
 using room_atom = caf::atom_constant<caf::atom("room")>;

@@ -4,12 +4,13 @@
 
 #include "actors/node.hpp"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <caf/all.hpp>
 #include <gtest/gtest.h>
+#include <caf/all.hpp>
 
 #include "actors/actor_errc.hpp"
 #include "actors/errc.hpp"
@@ -22,7 +23,9 @@ namespace {
 using namespace std::chrono_literals;
 using testing::waitable_log;
 
-payload text(vessel::node& n, std::string_view s) { return payload::copy_of(n.pool(), s).value(); }
+payload text(vessel::node& n, std::string_view s) {
+  return payload::copy_of(n.pool(), s).value();
+}
 
 envelope receive(caf::scoped_actor& self, const rank_actor& rank, std::uint32_t src,
                  std::uint64_t tag, caf::timespan timeout = std::chrono::seconds{5}) {
@@ -105,11 +108,65 @@ TEST(node_test, world_of_one_sends_to_itself_through_the_typed_rank_actor) {
   n.stop();
 }
 
+// The rank actor keeps one timer, for the earliest deadline: a short receive posted after a long
+// one still times out on time, and receives that complete or time out leave the others alone.
+TEST(node_test, receive_deadlines_fire_in_their_own_order_whatever_order_they_came_in) {
+  vessel::node n{small_config()};
+  {
+    caf::scoped_actor self{n.system()};
+    rank_actor rank = n.rank_actor();
+    ASSERT_TRUE(rank);
+    auto request = [&](std::uint64_t tag, caf::timespan timeout) {
+      return self->request(rank, caf::infinite, recv_atom::value, std::uint32_t{0}, tag, timeout);
+    };
+    auto long_one = request(50, caf::timespan{10s});
+    auto completed = request(52, caf::timespan{5s});
+    const auto started = std::chrono::steady_clock::now();
+    request(51, caf::timespan{30ms})
+        .receive([](envelope&) { ADD_FAILURE() << "a message appeared from nowhere"; },
+                 [](caf::error& e) {
+                   EXPECT_EQ(from_caf_error(e), make_error_code(actor_errc::receive_timeout));
+                   EXPECT_NE(describe(e).find("tag 51"), std::string::npos) << describe(e);
+                 });
+    const auto waited = std::chrono::steady_clock::now() - started;
+    EXPECT_GE(waited, 30ms);
+    EXPECT_LT(waited, 5s) << "the short receive waited for a longer one's deadline";
+    send(self, rank, 0, 52, text(n, "in time"));
+    completed.receive([](envelope& e) { EXPECT_EQ(e.data.view(), "in time"); },
+                      [](caf::error& e) { ADD_FAILURE() << describe(e); });
+    // Two more short ones, posted in reverse order of their deadlines.
+    auto later = request(53, caf::timespan{60ms});
+    auto sooner = request(54, caf::timespan{20ms});
+    int timed_out = 0;
+    for (auto* r : {&sooner, &later}) {
+      r->receive([](envelope&) { ADD_FAILURE() << "a message appeared from nowhere"; },
+                 [&](caf::error& e) {
+                   EXPECT_EQ(from_caf_error(e), make_error_code(actor_errc::receive_timeout));
+                   ++timed_out;
+                 });
+    }
+    EXPECT_EQ(timed_out, 2);
+    // The first, longest receive is still posted and takes its message.
+    send(self, rank, 0, 50, text(n, "still waited for"));
+    long_one.receive([](envelope& e) { EXPECT_EQ(e.data.view(), "still waited for"); },
+                     [](caf::error& e) { ADD_FAILURE() << describe(e); });
+    self->request(rank, caf::infinite, stats_atom::value)
+        .receive(
+            [](const rank_stats& s) {
+              EXPECT_EQ(s.receive_timeouts, 3u);
+              EXPECT_EQ(s.received, 2u);
+              EXPECT_EQ(s.pending_receives, 0u);
+            },
+            [](caf::error& e) { ADD_FAILURE() << describe(e); });
+  }
+  n.stop();
+}
+
 TEST(node_test, the_config_reads_the_caf_thread_count_and_scheduler_from_the_environment) {
   node_config cfg;
   EXPECT_EQ(cfg.scheduler, caf_scheduler::sharing);
-  ASSERT_TRUE(cfg.apply_env(env_view::from_map(
-      {{"VESSEL_CAF_THREADS", "3"}, {"VESSEL_CAF_SCHEDULER", "stealing"}})));
+  ASSERT_TRUE(cfg.apply_env(
+      env_view::from_map({{"VESSEL_CAF_THREADS", "3"}, {"VESSEL_CAF_SCHEDULER", "stealing"}})));
   EXPECT_EQ(cfg.scheduler_threads, 3u);
   EXPECT_EQ(cfg.scheduler, caf_scheduler::stealing);
   ASSERT_TRUE(cfg.apply_env(env_view::from_map({{"VESSEL_CAF_SCHEDULER", "sharing"}})));
