@@ -36,6 +36,14 @@ envelope receive(caf::scoped_actor& self, const rank_actor& rank, std::uint32_t 
   return out;
 }
 
+rank_stats stats_of(caf::scoped_actor& self, const rank_actor& rank) {
+  rank_stats out;
+  self->request(rank, caf::infinite, stats_atom::value)
+      .receive([&](const rank_stats& s) { out = s; },
+               [&](caf::error& e) { ADD_FAILURE() << describe(e); });
+  return out;
+}
+
 void send(caf::scoped_actor& self, const rank_actor& rank, std::uint32_t dst, std::uint64_t tag,
           payload p) {
   self->request(rank, caf::infinite, send_atom::value, dst, tag, std::move(p))
@@ -92,18 +100,14 @@ TEST(node_test, world_of_one_sends_to_itself_through_the_typed_rank_actor) {
                  [](caf::error& e) {
                    EXPECT_EQ(from_caf_error(e), make_error_code(errc::rank_out_of_range));
                  });
-    self->request(rank, caf::infinite, stats_atom::value)
-        .receive(
-            [](const rank_stats& s) {
-              EXPECT_EQ(s.sends, 103u);
-              EXPECT_EQ(s.received, 103u);
-              EXPECT_EQ(s.receive_timeouts, 1u);
-              EXPECT_EQ(s.send_errors, 1u);
-              EXPECT_GE(s.batches, 1u);
-              EXPECT_EQ(s.unexpected, 0u);
-              EXPECT_EQ(s.pending_receives, 0u);
-            },
-            [](caf::error& e) { ADD_FAILURE() << describe(e); });
+    const rank_stats s = stats_of(self, rank);
+    EXPECT_EQ(s.sends, 103u);
+    EXPECT_EQ(s.received, 103u);
+    EXPECT_EQ(s.receive_timeouts, 1u);
+    EXPECT_EQ(s.send_errors, 1u);
+    EXPECT_GE(s.batches, 1u);
+    EXPECT_EQ(s.unexpected, 0u);
+    EXPECT_EQ(s.pending_receives, 0u);
   }
   n.stop();
 }
@@ -150,14 +154,10 @@ TEST(node_test, receive_deadlines_fire_in_their_own_order_whatever_order_they_ca
     send(self, rank, 0, 50, text(n, "still waited for"));
     long_one.receive([](envelope& e) { EXPECT_EQ(e.data.view(), "still waited for"); },
                      [](caf::error& e) { ADD_FAILURE() << describe(e); });
-    self->request(rank, caf::infinite, stats_atom::value)
-        .receive(
-            [](const rank_stats& s) {
-              EXPECT_EQ(s.receive_timeouts, 3u);
-              EXPECT_EQ(s.received, 2u);
-              EXPECT_EQ(s.pending_receives, 0u);
-            },
-            [](caf::error& e) { ADD_FAILURE() << describe(e); });
+    const rank_stats s = stats_of(self, rank);
+    EXPECT_EQ(s.receive_timeouts, 3u);
+    EXPECT_EQ(s.received, 2u);
+    EXPECT_EQ(s.pending_receives, 0u);
   }
   n.stop();
 }
