@@ -13,6 +13,14 @@ namespace {
 
 std::error_code last_errno() noexcept { return {errno, std::generic_category()}; }
 
+/// One end of a socket's address, read with getsockname (ours) or getpeername (the peer's).
+result<socket_address> end_of(int fd, int (*read_end)(int, sockaddr*, socklen_t*)) noexcept {
+  socket_address a;
+  a.length = sizeof a.storage;
+  if (read_end(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.length) != 0) return last_errno();
+  return a;
+}
+
 }  // namespace
 
 socket_address socket_address::loopback_v4(std::uint16_t port) noexcept {
@@ -54,19 +62,11 @@ socket_address socket_address::any(int family, std::uint16_t port) noexcept {
 }
 
 result<socket_address> socket_address::local_of(int fd) noexcept {
-  socket_address a;
-  a.length = sizeof a.storage;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.length) != 0)
-    return last_errno();
-  return a;
+  return end_of(fd, ::getsockname);
 }
 
 result<socket_address> socket_address::peer_of(int fd) noexcept {
-  socket_address a;
-  a.length = sizeof a.storage;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.length) != 0)
-    return last_errno();
-  return a;
+  return end_of(fd, ::getpeername);
 }
 
 std::uint16_t socket_address::port() const noexcept {
