@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "actors/errc.hpp"
+#include "io/log.hpp"
 
 namespace vessel::actors {
 
@@ -90,6 +91,22 @@ detailed_result<binding_report> bind_process(cpu_binding policy, std::uint32_t l
     std::free(list);
   }
   return report;
+}
+
+detailed_result<binding_report> bind_rank_process(cpu_binding policy, std::uint32_t rank,
+                                                  std::uint32_t local_rank,
+                                                  std::uint32_t local_ranks) {
+  auto bound = bind_process(policy, local_rank, local_ranks);
+  if (!bound) return bound;
+  const auto& r = bound.value();
+  if (r.core >= 0) {
+    log::get("actors").info(
+        "rank {}: bound to core {} of {} (CPUs {}), rank {} of {} on this host (VESSEL_BIND={})",
+        rank, r.core, r.cores, r.cpus, local_rank, local_ranks, to_string(policy));
+  } else if (policy != cpu_binding::none) {
+    log::get("actors").info("rank {}: not bound to a core: {}", rank, r.reason);
+  }
+  return bound;
 }
 
 }  // namespace vessel::actors

@@ -46,4 +46,10 @@ struct binding_report {
 detailed_result<binding_report> bind_process(cpu_binding policy, std::uint32_t local_rank,
                                              std::uint32_t local_ranks);
 
+/// bind_process() for a rank process, with the start-up log line (info) saying where rank `rank`
+/// went or why it was not bound.
+detailed_result<binding_report> bind_rank_process(cpu_binding policy, std::uint32_t rank,
+                                                  std::uint32_t local_rank,
+                                                  std::uint32_t local_ranks);
+
 }  // namespace vessel::actors

@@ -88,6 +88,11 @@ actors::detailed_result<void> node_launch_options::apply_env(const actors::env_v
     }
     connect_timeout = std::chrono::milliseconds{ms};
   }
+  if (auto b = env.get("VESSEL_BIND"); b && !b->empty()) {
+    auto parsed = actors::parse_cpu_binding(*b);
+    if (!parsed) return parsed.error();
+    bind = parsed.value();
+  }
   if (auto applied = node.apply_env(env); !applied) return applied.error();
   return mesh.apply_env(env);
 }
@@ -211,6 +216,11 @@ detailed_result<void> launched_node::boot(const actors::env_view& env,
       return connected.error();
     }
     logger().info("rank {}: every peer link is up", rank);
+    if (auto bound = actors::bind_rank_process(options.bind, rank, mesh_->rank_on_this_host(),
+                                                mesh_->ranks_on_this_host());
+        !bound) {
+      return bound.error();
+    }
   }
   return outcome::success();
 }

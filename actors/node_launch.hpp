@@ -18,6 +18,7 @@
 #include <string>
 
 #include "actors/bootstrap.hpp"
+#include "actors/cpu_binding.hpp"
 #include "actors/detailed_error.hpp"
 #include "actors/env.hpp"
 #include "actors/mesh.hpp"
@@ -39,11 +40,18 @@ struct node_launch_options {
   actors::mesh_config mesh{};
   /// Longest wait for the store and every peer link (VESSEL_CONNECT_TIMEOUT_MS).
   std::chrono::milliseconds connect_timeout{60000};
+  /// Once the ranks on this host are known, binds the process to one core (VESSEL_BIND; as
+  /// vessel::comm and mpirun do). The rank actor's path crosses four threads per message (app,
+  /// CAF worker, reactor and back); on one core each crossing is a context switch, across cores
+  /// a wake-up of an idle CPU: 8-byte latency through the rank actor 120-150 -> 70-76 us (2
+  /// vCPUs, docs/io_performance.md). An app whose actors compute in parallel sets it to none.
+  actors::cpu_binding bind = actors::cpu_binding::automatic;
 
   /// Defaults for an example on a small shared machine: payload and receive pools not
   /// pre-faulted, a 1 MiB largest block.
   static node_launch_options defaults();
-  /// VESSEL_CONNECT_TIMEOUT_MS, the node's (VESSEL_CAF_THREADS) and the mesh's variables.
+  /// VESSEL_CONNECT_TIMEOUT_MS, VESSEL_BIND, the node's (VESSEL_CAF_THREADS) and the mesh's
+  /// variables.
   actors::detailed_result<void> apply_env(const actors::env_view& env);
 };
 

@@ -471,15 +471,9 @@ detailed_result<void> runtime::boot(const env_view& env) {
   const unsigned cpus = usable_cpus();  // before binding: what the host's ranks share
   yield_when_idle_.store(options_.yield_when_idle.value_or(on_host > cpus),
                          std::memory_order_relaxed);
-  auto bound = bind_process(options_.bind, mesh_->rank_on_this_host(), on_host);
-  if (!bound) return bound.error();
-  if (bound.value().core >= 0) {
-    logger().info("rank {}: bound to core {} of {} (CPUs {}), rank {} of {} on this host "
-                  "(VESSEL_BIND={})",
-                  rank_, bound.value().core, bound.value().cores, bound.value().cpus,
-                  mesh_->rank_on_this_host(), on_host, to_string(options_.bind));
-  } else if (options_.bind != cpu_binding::none) {
-    logger().info("rank {}: not bound to a core: {}", rank_, bound.value().reason);
+  if (auto bound = bind_rank_process(options_.bind, rank_, mesh_->rank_on_this_host(), on_host);
+      !bound) {
+    return bound.error();
   }
   logger().info("rank {}: every peer link is up (progress: {}; {} rank(s) on this host, {} CPU(s): "
                 "waiters {})",

@@ -4,6 +4,7 @@
 // when it is wrong; the test also reads what it printed.
 
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -20,8 +21,10 @@ const std::string clean_env =
     "timeout 240 env -u VESSEL_RANK -u VESSEL_WORLD_SIZE -u VESSEL_STORE -u VESSEL_STORE_FILE "
     "-u VESSEL_TRANSPORT -u VESSEL_TOKEN -u VESSEL_TOKEN_FILE -u RANK -u WORLD_SIZE ";
 
-std::string under_vessel_run(const std::string& program, const std::string& args) {
-  return clean_env + VESSEL_RUN_PATH + " -n 4 " + program + " " + args + " 2>&1";
+std::string under_vessel_run(const std::string& program, const std::string& args,
+                             int ranks = 4, const std::string& env = "") {
+  return clean_env + env + " " + VESSEL_RUN_PATH + " -n " + std::to_string(ranks) + " " +
+         program + " " + args + " 2>&1";
 }
 
 std::string under_mpirun(const std::string& program, const std::string& args) {
@@ -46,9 +49,9 @@ void expect_parameter_server(const std::string& out, int status, bool dropped) {
   }
 }
 
-void expect_pipeline(const std::string& out, int status) {
+void expect_pipeline(const std::string& out, int status, std::size_t ranks = 4) {
   EXPECT_EQ(status, 0) << out;
-  EXPECT_EQ(count(out, "OK pipeline rank "), 4u) << out;
+  EXPECT_EQ(count(out, "OK pipeline rank "), ranks) << out;
   EXPECT_NE(out.find("consumed 600 items in order, values correct"), std::string::npos) << out;
   // The slow last stage (10 ms per item, slower than any stage's forwarding even under ASan)
   // holds stage 0 back: its in-flight count stays under the bound the queues add up to, and
@@ -79,6 +82,32 @@ TEST(actor_examples, pipeline_under_vessel_run) {
   int status = 0;
   const auto out = run_capture(under_vessel_run(PIPELINE_PATH, pipeline_args), status);
   expect_pipeline(out, status);
+}
+
+// Two ranks fit a host of two cores or more: each launched node binds to a core of its own, as
+// mpirun would (VESSEL_BIND=auto), and says so at start-up; VESSEL_BIND=none binds nothing.
+TEST(actor_examples, two_ranks_bind_to_a_core_each_unless_told_not_to) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one CPU: two ranks cannot fit";
+  int status = 0;
+  auto out = run_capture(
+      under_vessel_run(PIPELINE_PATH, pipeline_args, 2, "VESSEL_LOG=actors=info"), status);
+  expect_pipeline(out, status, 2);
+  EXPECT_EQ(count(out, "rank 0: bound to core 0 of "), 1u) << out;
+  EXPECT_EQ(count(out, "rank 1: bound to core 1 of "), 1u) << out;
+  out = run_capture(
+      under_vessel_run(PIPELINE_PATH, pipeline_args, 2, "VESSEL_LOG=actors=info VESSEL_BIND=none"),
+      status);
+  expect_pipeline(out, status, 2);
+  EXPECT_EQ(count(out, "bound to core"), 0u) << out;
+}
+
+TEST(actor_examples, a_malformed_bind_policy_is_refused_naming_the_variable) {
+  int status = 0;
+  const auto out = run_capture(
+      under_vessel_run(PIPELINE_PATH, pipeline_args, 2, "VESSEL_BIND=cores"), status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("VESSEL_BIND='cores' is not one of auto, core, none"), std::string::npos)
+      << out;
 }
 
 TEST(actor_examples, parameter_server_under_mpirun) {

@@ -9,8 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <optional>
-#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -20,15 +18,9 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/actor_errc.hpp"
-#include "actors/auth.hpp"
-#include "actors/bootstrap.hpp"
 #include "actors/comm.hpp"
-#include "actors/kv_store_client.hpp"
-#include "actors/kv_store_server.hpp"
-#include "actors/mesh.hpp"
 #include "actors/node.hpp"
-#include "actors/node_transport.hpp"
-#include "io/tcp_socket.hpp"
+#include "actors/node_launch.hpp"
 #include "tools/vessel_bench/p2p.hpp"
 
 namespace vessel::bench {
@@ -75,53 +67,20 @@ class comm_channel final : public p2p_channel {
   throw std::runtime_error(what);
 }
 
-template <class T>
-T value_or_fail(actors::detailed_result<T> r, const char* what) {
-  if (!r) fail(std::string{what} + ": " + r.error().message());
-  return std::move(r).value();
-}
-
-/// The actor API: a vessel::node over a mesh, driven through its rank actor with CAF
-/// request/response from a scoped actor (what an app outside the actor system does). A message
-/// larger than one pool block goes as several rank-actor sends of one block each.
+/// The actor API: a launched_node (what an actor app starts: bootstrap, store, mesh, binding),
+/// driven through its rank actor with CAF request/response from a scoped actor (what an app
+/// outside the actor system does). A message larger than one pool block goes as several
+/// rank-actor sends of one block each. Pools as the comm facade's runtime has them (pre-faulted).
 class actor_channel final : public p2p_channel {
  public:
   actor_channel() {
-    const auto env = actors::env_view::process();
-    const auto launch = value_or_fail(actors::detect_launch(env), "bootstrap");
-    if (launch.world_size != 2 || !launch.store) fail("needs VESSEL_WORLD_SIZE=2 and VESSEL_STORE");
-    rank_ = static_cast<std::uint32_t>(launch.rank);
-    token_.emplace(value_or_fail(actors::load_token(env), "token"));
-
-    if (rank_ == 0) {  // rank 0 serves the rendezvous store, as the runtime does
-      if (!store_reactor_.start()) fail("cannot start the store's reactor");
-      store_ = std::make_unique<actors::kv_store_server>(store_reactor_);
-      auto at = io::resolve(launch.store->host, launch.store->port);
-      if (!at || at.value().empty()) fail("cannot resolve VESSEL_STORE");
-      if (!store_->listen(at.value().front()) || !store_->start()) fail("cannot serve the store");
-    }
-    auto client = value_or_fail(actors::kv_store_client::connect(*launch.store, 60s), "store");
-
-    actors::mesh_config m;
-    if (auto applied = m.apply_env(env); !applied) fail(applied.error().message());
-    m.self_rank = rank_;
-    m.world_size = 2;
-    m.token = &*token_;
-    std::random_device rd;
-    m.incarnation = (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
-    node_config cfg;
-    cfg.rank = rank_;
-    cfg.world_size = 2;
-    if (auto applied = cfg.apply_env(env); !applied) fail(applied.error().message());
-    node_ = std::make_unique<node>(cfg, [&](io::reactor& r, actors::mesh_observer& o) {
-      auto t = std::make_unique<actors::mesh_node_transport<actors::mesh>>(
-          std::make_unique<actors::mesh>(r, std::move(m), o));
-      mesh_ = &t->mesh();
-      return t;
-    });
-    if (mesh_ == nullptr) fail("the node built no mesh");
-    value_or_fail(mesh_->connect(*client, 60s), "connect");
-    piece_ = std::min(node_->pool().max_block_size(), mesh_->max_message_bytes());
+    auto launched = launched_node::start(actors::env_view::process(), node_launch_options{});
+    if (!launched) fail("launch: " + launched.error().message());
+    launched_ = std::move(launched).value();
+    if (launched_->launch().world_size != 2) fail("needs a world of 2 ranks");
+    rank_ = static_cast<std::uint32_t>(launched_->launch().rank);
+    node_ = &launched_->node();
+    piece_ = std::min(node_->pool().max_block_size(), launched_->mesh().max_message_bytes());
     self_ = std::make_unique<caf::scoped_actor>(node_->system());
     for (int i = 0; i < 10000 && !rank_actor_; ++i) {
       rank_actor_ = node_->rank_actor();
@@ -181,25 +140,18 @@ class actor_channel final : public p2p_channel {
   }
 
   void close() override {
-    if (!node_) return;
+    if (!launched_) return;
     self_.reset();
     rank_actor_ = actors::rank_actor{};
-    node_->stop();
-    node_.reset();
-    if (store_) {
-      store_->stop();
-      store_reactor_.stop();
-      store_.reset();
-    }
+    launched_->stop();
+    launched_.reset();
+    node_ = nullptr;
   }
 
  private:
+  std::unique_ptr<launched_node> launched_;
+  node* node_ = nullptr;  // launched_'s
   std::uint32_t rank_ = 0;
-  std::optional<actors::cluster_token> token_;
-  io::reactor store_reactor_;
-  std::unique_ptr<actors::kv_store_server> store_;
-  std::unique_ptr<node> node_;
-  actors::mesh* mesh_ = nullptr;  // owned by the node's transport
   std::size_t piece_ = 0;
   std::unique_ptr<caf::scoped_actor> self_;
   actors::rank_actor rank_actor_;
