@@ -1,7 +1,10 @@
 #include "actors/env.hpp"
 
+#include <charconv>
 #include <cstdlib>
 #include <memory>
+
+#include "actors/errc.hpp"
 
 namespace vessel::actors {
 
@@ -22,6 +25,19 @@ env_view env_view::from_map(std::map<std::string, std::string, std::less<>> vars
     if (it == shared->end()) return std::nullopt;
     return it->second;
   }};
+}
+
+detailed_result<long long> env_number(const env_view& env, std::string_view name,
+                                      long long fallback) {
+  auto v = env.get(name);
+  if (!v || v->empty()) return fallback;
+  long long n = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+  if (ec != std::errc{} || p != v->data() + v->size() || n <= 0) {
+    return fail(make_error_code(errc::malformed_number),
+                std::string{name} + "='" + *v + "' is not a positive integer");
+  }
+  return n;
 }
 
 }  // namespace vessel::actors

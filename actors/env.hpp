@@ -11,6 +11,8 @@
 #include <string_view>
 #include <utility>
 
+#include "actors/detailed_error.hpp"
+
 namespace vessel::actors {
 
 /// Looks up one environment variable: its value, or nullopt when it is unset. A variable set to
@@ -32,5 +34,10 @@ class env_view {
  private:
   lookup_fn lookup_;
 };
+
+/// A positive integer variable: its value, `fallback` when unset or empty, else an error that
+/// names the variable and what it held.
+detailed_result<long long> env_number(const env_view& env, std::string_view name,
+                                      long long fallback);
 
 }  // namespace vessel::actors

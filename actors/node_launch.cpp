@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <array>
-#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -78,16 +77,12 @@ node_launch_options node_launch_options::defaults() {
 }
 
 actors::detailed_result<void> node_launch_options::apply_env(const actors::env_view& env) {
-  if (auto v = env.get("VESSEL_CONNECT_TIMEOUT_MS"); v && !v->empty()) {
-    long long ms = 0;
-    const auto* end = v->data() + v->size();
-    const auto [p, ec] = std::from_chars(v->data(), end, ms);
-    if (ec != std::errc{} || p != end || ms <= 0) {
-      return fail(make_error_code(actors::errc::malformed_number),
-                  "VESSEL_CONNECT_TIMEOUT_MS='" + *v + "' is not a positive integer");
-    }
-    connect_timeout = std::chrono::milliseconds{ms};
-  }
+  auto timeout = actors::env_number(env, "VESSEL_CONNECT_TIMEOUT_MS", connect_timeout.count());
+  if (!timeout) return timeout.error();
+  connect_timeout = std::chrono::milliseconds{timeout.value()};
+  auto spin = actors::env_number(env, "VESSEL_PROGRESS_SPIN_US", bound_reactor_spin.count());
+  if (!spin) return spin.error();
+  bound_reactor_spin = std::chrono::microseconds{spin.value()};
   if (auto b = env.get("VESSEL_BIND"); b && !b->empty()) {
     auto parsed = actors::parse_cpu_binding(*b);
     if (!parsed) return parsed.error();
@@ -216,10 +211,13 @@ detailed_result<void> launched_node::boot(const actors::env_view& env,
       return connected.error();
     }
     logger().info("rank {}: every peer link is up", rank);
-    if (auto bound = actors::bind_rank_process(options.bind, rank, mesh_->rank_on_this_host(),
-                                                mesh_->ranks_on_this_host());
-        !bound) {
-      return bound.error();
+    auto bound = actors::bind_rank_process(options.bind, rank, mesh_->rank_on_this_host(),
+                                           mesh_->ranks_on_this_host());
+    if (!bound) return bound.error();
+    if (bound.value().core >= 0) {
+      node_->reactor().set_busy_poll(options.bound_reactor_spin, /*yield_while_polling=*/true);
+      logger().info("rank {}: the reactor polls {} us before it sleeps (VESSEL_PROGRESS_SPIN_US)",
+                    rank, options.bound_reactor_spin.count());
     }
   }
   return outcome::success();

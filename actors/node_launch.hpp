@@ -46,12 +46,18 @@ struct node_launch_options {
   /// a wake-up of an idle CPU: 8-byte latency through the rank actor 120-150 -> 70-76 us (2
   /// vCPUs, docs/io_performance.md). An app whose actors compute in parallel sets it to none.
   actors::cpu_binding bind = actors::cpu_binding::automatic;
+  /// Once bound to a core of its own, the node's reactor polls this long for the next frame
+  /// before it sleeps, yielding the core between checks to any thread of the process that wants
+  /// it (VESSEL_PROGRESS_SPIN_US; reactor_config::busy_poll, yield_while_polling). The peer's
+  /// frame then finds a running thread instead of a halted CPU to wake: 8-byte latency through
+  /// the rank actor 67-70 -> 24-26 us. Nothing spins while unbound (the cores are shared).
+  std::chrono::microseconds bound_reactor_spin{200};
 
   /// Defaults for an example on a small shared machine: payload and receive pools not
   /// pre-faulted, a 1 MiB largest block.
   static node_launch_options defaults();
-  /// VESSEL_CONNECT_TIMEOUT_MS, VESSEL_BIND, the node's (VESSEL_CAF_THREADS) and the mesh's
-  /// variables.
+  /// VESSEL_CONNECT_TIMEOUT_MS, VESSEL_BIND, VESSEL_PROGRESS_SPIN_US, the node's
+  /// (VESSEL_CAF_THREADS) and the mesh's variables.
   actors::detailed_result<void> apply_env(const actors::env_view& env);
 };
 

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <climits>
 #include <cstdio>
 #include <fstream>
@@ -74,19 +73,6 @@ bool futex_wait_until(const std::atomic<std::uint32_t>* word, std::uint32_t expe
 /// Spin this many polls before sleeping: a ping-pong reply takes a few microseconds, a futex
 /// sleep/wake round costs 10-15 (DEPENDENCIES.md section 7). Cheap on an idle core, and bounded.
 constexpr int spin_polls = 2000;
-
-detailed_result<long long> env_number(const env_view& env, std::string_view name,
-                                      long long fallback) {
-  auto v = env.get(name);
-  if (!v || v->empty()) return fallback;
-  long long n = 0;
-  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-  if (ec != std::errc{} || p != v->data() + v->size() || n <= 0) {
-    return fail(make_error_code(errc::malformed_number),
-                std::string{name} + "='" + *v + "' is not a positive integer");
-  }
-  return n;
-}
 
 /// Reads "host:port" that rank 0 wrote into `path`, waiting for the file until `deadline`.
 detailed_result<endpoint> read_store_file(const std::string& path, clock::time_point deadline) {

@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -60,6 +61,7 @@ std::string reactor_config::to_string() const {
          " post_capacity=" + std::to_string(post_capacity) +
          " zero_copy_threshold=" + std::to_string(zero_copy_threshold) +
          " busy_poll_ns=" + std::to_string(busy_poll.count()) +
+         " yield_while_polling=" + (yield_while_polling ? "1" : "0") +
          " lendable=" + (lendable ? "1" : "0") +
          " lend_linger_us=" + std::to_string(lend_linger.count()) + " allowed={" + allowed.to_string() +
          "}";
@@ -236,6 +238,15 @@ bool reactor::dispatch(std::function<void()> fn) {
   return post(std::move(fn));
 }
 
+bool reactor::set_busy_poll(std::chrono::nanoseconds window, bool yield_while_polling) {
+  return dispatch([this, window, yield_while_polling] {
+    config_.busy_poll = window;
+    config_.yield_while_polling = yield_while_polling;
+    spin_ = window > std::chrono::nanoseconds::zero();
+    fruitless_spins_ = 0;
+  });
+}
+
 bool reactor::is_reactor_thread() const noexcept {
   return owner_.load(std::memory_order_acquire) == std::this_thread::get_id();
 }
@@ -387,6 +398,7 @@ bool reactor::spin_for_work(std::chrono::nanoseconds budget) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();  // yields the core's pipeline to a hyper-thread sibling
 #endif
+    if (config_.yield_while_polling && (i & 15) == 15) sched_yield();
     if ((i & 15) == 15 && clock::now() >= deadline) break;
   }
   if (++fruitless_spins_ >= fruitless_spin_limit) spin_ = false;

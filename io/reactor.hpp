@@ -44,6 +44,11 @@ struct reactor_config {
   /// a few spins in a row that found nothing the reactor blocks at once, until a blocking wait
   /// again ends within this window; an idle reactor therefore never burns a core. 0: never.
   std::chrono::nanoseconds busy_poll{0};
+  /// busy_poll gives the core away (sched_yield) between its checks. For a reactor bound to the
+  /// core that its own process's other threads share (a launched node's CAF workers and app):
+  /// a thread woken there runs at once instead of waiting for the spin to end, and the core
+  /// never idles into a halt that the peer's next frame must wake it from.
+  bool yield_while_polling = false;
   /// Other threads may borrow the loop (borrow()/give_back(): "caller-driven progress"). Needs
   /// own_thread; the ring is then set up without SINGLE_ISSUER, DEFER_TASKRUN and COOP_TASKRUN,
   /// since a borrower submits too and the parked reactor thread must still run its task work.
@@ -118,6 +123,9 @@ class reactor {
   bool post(std::function<void()> fn);
   /// Runs `fn` inline when called on the reactor thread, else posts it.
   bool dispatch(std::function<void()> fn);
+  /// Any thread: changes reactor_config::busy_poll and yield_while_polling from the next turn
+  /// on (a launched node turns polling on once it knows it has a core of its own).
+  bool set_busy_poll(std::chrono::nanoseconds window, bool yield_while_polling);
 
   /// True on the thread that runs the loop (the reactor thread, or a borrower while it holds it).
   bool is_reactor_thread() const noexcept;

@@ -85,7 +85,8 @@ TEST(actor_examples, pipeline_under_vessel_run) {
 }
 
 // Two ranks fit a host of two cores or more: each launched node binds to a core of its own, as
-// mpirun would (VESSEL_BIND=auto), and says so at start-up; VESSEL_BIND=none binds nothing.
+// mpirun would (VESSEL_BIND=auto), its reactor polls before it sleeps, and it says so at
+// start-up; VESSEL_BIND=none binds nothing and nothing polls.
 TEST(actor_examples, two_ranks_bind_to_a_core_each_unless_told_not_to) {
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one CPU: two ranks cannot fit";
   int status = 0;
@@ -94,11 +95,13 @@ TEST(actor_examples, two_ranks_bind_to_a_core_each_unless_told_not_to) {
   expect_pipeline(out, status, 2);
   EXPECT_EQ(count(out, "rank 0: bound to core 0 of "), 1u) << out;
   EXPECT_EQ(count(out, "rank 1: bound to core 1 of "), 1u) << out;
+  EXPECT_EQ(count(out, "the reactor polls 200 us before it sleeps"), 2u) << out;
   out = run_capture(
       under_vessel_run(PIPELINE_PATH, pipeline_args, 2, "VESSEL_LOG=actors=info VESSEL_BIND=none"),
       status);
   expect_pipeline(out, status, 2);
   EXPECT_EQ(count(out, "bound to core"), 0u) << out;
+  EXPECT_EQ(count(out, "the reactor polls"), 0u) << "nothing spins on a shared core:\n" << out;
 }
 
 TEST(actor_examples, a_malformed_bind_policy_is_refused_naming_the_variable) {

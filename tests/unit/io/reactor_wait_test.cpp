@@ -138,6 +138,38 @@ TEST(reactor_wait, busy_poll_reaps_a_completion_without_sleeping) {
   }
 }
 
+// set_busy_poll() on a reactor that started without it: polling (here yielding between checks,
+// which is no sleep either) from the next turn on, and off again.
+TEST(reactor_wait, set_busy_poll_turns_polling_on_and_off_while_running) {
+  reactor r{testing::driven(true)};
+  ASSERT_TRUE(r.start());
+  socket_pair sp;
+  const auto exchange_switches = [&] {
+    std::array<std::byte, 16> buf{};
+    int got = 0;
+    fn_op recv_op{[&](int res, std::uint32_t) { got = res; }};
+    r.recv(recv_op, sp.fd[0], buf);
+    r.run_once(0ns);
+    std::thread writer{[fd = sp.fd[1]] {
+      std::this_thread::sleep_for(20ms);
+      EXPECT_EQ(::write(fd, "ping", 4), 4);
+    }};
+    const long before = voluntary_switches();
+    while (got == 0) r.run_once(std::chrono::nanoseconds{10s});
+    const long switches = voluntary_switches() - before;
+    writer.join();
+    EXPECT_EQ(got, 4);
+    return switches;
+  };
+  EXPECT_GE(exchange_switches(), 1) << "a blocking wait did not show as a voluntary switch";
+  ASSERT_TRUE(r.set_busy_poll(2s, /*yield_while_polling=*/true));
+  EXPECT_EQ(exchange_switches(), 0) << "the polling reactor slept";
+  ASSERT_TRUE(r.set_busy_poll(0ns, false));
+  EXPECT_GE(exchange_switches(), 1) << "polling did not go off";
+  r.stop();
+  r.run();
+}
+
 // An idle reactor stops spinning after a few fruitless spins: over 30 idle turns with a 2 ms
 // window it burns a few windows' worth of CPU, not 30.
 TEST(reactor_wait, an_idle_reactor_stops_spinning) {
