@@ -70,6 +70,26 @@ struct tcp_pair {
   std::array<int, 2> fd{-1, -1};
 };
 
+// One receive that a writer ends 20 ms later, driven by run_once on this thread: the voluntary
+// context switches it took (0: the reactor never slept).
+long switches_for_a_delayed_receive(reactor& r, socket_pair& sp) {
+  std::array<std::byte, 16> buf{};
+  int got = 0;
+  fn_op recv_op{[&](int res, std::uint32_t) { got = res; }};
+  r.recv(recv_op, sp.fd[0], buf);
+  r.run_once(0ns);
+  std::thread writer{[fd = sp.fd[1]] {
+    std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(::write(fd, "ping", 4), 4);
+  }};
+  const long before = voluntary_switches();
+  while (got == 0) r.run_once(std::chrono::nanoseconds{10s});
+  const long switches = voluntary_switches() - before;
+  writer.join();
+  EXPECT_EQ(got, 4);
+  return switches;
+}
+
 TEST(reactor_wait, defer_taskrun_is_used_where_the_kernel_has_it_and_allowed) {
   reactor with{testing::driven(true)};
   ASSERT_TRUE(with.start());
@@ -114,20 +134,7 @@ TEST(reactor_wait, busy_poll_reaps_a_completion_without_sleeping) {
     reactor r{config};
     ASSERT_TRUE(r.start());
     socket_pair sp;
-    std::array<std::byte, 16> buf{};
-    int got = 0;
-    fn_op recv_op{[&](int res, std::uint32_t) { got = res; }};
-    r.recv(recv_op, sp.fd[0], buf);
-    r.run_once(0ns);
-    std::thread writer{[fd = sp.fd[1]] {
-      std::this_thread::sleep_for(20ms);
-      EXPECT_EQ(::write(fd, "ping", 4), 4);
-    }};
-    const long before = voluntary_switches();
-    while (got == 0) r.run_once(std::chrono::nanoseconds{10s});
-    const long switches = voluntary_switches() - before;
-    writer.join();
-    EXPECT_EQ(got, 4);
+    const long switches = switches_for_a_delayed_receive(r, sp);
     if (spin) {
       EXPECT_EQ(switches, 0) << "the busy-polling reactor slept";
     } else {
@@ -144,28 +151,12 @@ TEST(reactor_wait, set_busy_poll_turns_polling_on_and_off_while_running) {
   reactor r{testing::driven(true)};
   ASSERT_TRUE(r.start());
   socket_pair sp;
-  const auto exchange_switches = [&] {
-    std::array<std::byte, 16> buf{};
-    int got = 0;
-    fn_op recv_op{[&](int res, std::uint32_t) { got = res; }};
-    r.recv(recv_op, sp.fd[0], buf);
-    r.run_once(0ns);
-    std::thread writer{[fd = sp.fd[1]] {
-      std::this_thread::sleep_for(20ms);
-      EXPECT_EQ(::write(fd, "ping", 4), 4);
-    }};
-    const long before = voluntary_switches();
-    while (got == 0) r.run_once(std::chrono::nanoseconds{10s});
-    const long switches = voluntary_switches() - before;
-    writer.join();
-    EXPECT_EQ(got, 4);
-    return switches;
-  };
-  EXPECT_GE(exchange_switches(), 1) << "a blocking wait did not show as a voluntary switch";
+
+  EXPECT_GE(switches_for_a_delayed_receive(r, sp), 1) << "a blocking wait did not show as a voluntary switch";
   ASSERT_TRUE(r.set_busy_poll(2s, /*yield_while_polling=*/true));
-  EXPECT_EQ(exchange_switches(), 0) << "the polling reactor slept";
+  EXPECT_EQ(switches_for_a_delayed_receive(r, sp), 0) << "the polling reactor slept";
   ASSERT_TRUE(r.set_busy_poll(0ns, false));
-  EXPECT_GE(exchange_switches(), 1) << "polling did not go off";
+  EXPECT_GE(switches_for_a_delayed_receive(r, sp), 1) << "polling did not go off";
   r.stop();
   r.run();
 }
