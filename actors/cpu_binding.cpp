@@ -19,6 +19,12 @@ detailed_result<cpu_binding> parse_cpu_binding(std::string_view text) {
               "VESSEL_BIND='" + std::string{text} + "' is not one of auto, core, none");
 }
 
+detailed_result<cpu_binding> cpu_binding_from_env(const env_view& env, cpu_binding fallback) {
+  auto v = env.get("VESSEL_BIND");
+  if (!v || v->empty()) return fallback;
+  return parse_cpu_binding(*v);
+}
+
 std::string_view to_string(cpu_binding b) noexcept {
   switch (b) {
     case cpu_binding::none: return "none";

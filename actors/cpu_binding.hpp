@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "actors/detailed_error.hpp"
+#include "actors/env.hpp"
 #include "wire/result.hpp"
 
 namespace vessel::actors {
@@ -27,6 +28,8 @@ enum class cpu_binding : std::uint8_t { none, core, automatic };
 /// "none", "core" or "auto"; anything else is an error naming VESSEL_BIND.
 detailed_result<cpu_binding> parse_cpu_binding(std::string_view text);
 std::string_view to_string(cpu_binding b) noexcept;
+/// VESSEL_BIND parsed, or `fallback` when it is unset or empty.
+detailed_result<cpu_binding> cpu_binding_from_env(const env_view& env, cpu_binding fallback);
 
 /// Which core (an index among the usable cores) a rank binds to, or -1 for none: a pure function
 /// of the policy and the counts, so that the policy is tested without touching affinity.

@@ -83,11 +83,9 @@ actors::detailed_result<void> node_launch_options::apply_env(const actors::env_v
   auto spin = actors::env_number(env, "VESSEL_PROGRESS_SPIN_US", bound_reactor_spin.count());
   if (!spin) return spin.error();
   bound_reactor_spin = std::chrono::microseconds{spin.value()};
-  if (auto b = env.get("VESSEL_BIND"); b && !b->empty()) {
-    auto parsed = actors::parse_cpu_binding(*b);
-    if (!parsed) return parsed.error();
-    bind = parsed.value();
-  }
+  auto binding = actors::cpu_binding_from_env(env, bind);
+  if (!binding) return binding.error();
+  bind = binding.value();
   if (auto applied = node.apply_env(env); !applied) return applied.error();
   return mesh.apply_env(env);
 }

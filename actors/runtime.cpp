@@ -304,11 +304,9 @@ detailed_result<void> runtime_options::apply_env(const env_view& env) {
     }
     yield_when_idle = *y == "1";
   }
-  if (auto b = env.get("VESSEL_BIND"); b && !b->empty()) {
-    auto parsed = parse_cpu_binding(*b);
-    if (!parsed) return parsed.error();
-    bind = parsed.value();
-  }
+  auto binding = cpu_binding_from_env(env, bind);
+  if (!binding) return binding.error();
+  bind = binding.value();
   return mesh.apply_env(env);
 }
 

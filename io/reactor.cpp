@@ -398,8 +398,10 @@ bool reactor::spin_for_work(std::chrono::nanoseconds budget) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();  // yields the core's pipeline to a hyper-thread sibling
 #endif
-    if (config_.yield_while_polling && (i & 15) == 15) sched_yield();
-    if ((i & 15) == 15 && clock::now() >= deadline) break;
+    if ((i & 15) == 15) {
+      if (config_.yield_while_polling) sched_yield();
+      if (clock::now() >= deadline) break;
+    }
   }
   if (++fruitless_spins_ >= fruitless_spin_limit) spin_ = false;
   return false;
