@@ -58,7 +58,7 @@ class actors_error_category final : public std::error_category {
       case errc::mesh_handshake_timeout: return "handshake not finished in time";
       case errc::mesh_connect_timeout: return "not every peer connected by the deadline";
       case errc::mesh_protocol_error: return "peer broke the link protocol";
-      case errc::bad_scheduler_override: return "unknown CAF scheduler";
+      case errc::bad_scheduler_override: return "unknown CAF scheduler or actor thread";
       case errc::mesh_bad_split: return "split message sent to self";
       case errc::bad_binding_override: return "unknown CPU binding";
       case errc::cpu_binding_failed: return "cannot bind the process to a core";

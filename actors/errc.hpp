@@ -59,7 +59,7 @@ enum class errc {
   mesh_handshake_timeout,   ///< a connection did not finish the handshake in time.
   mesh_connect_timeout,     ///< mesh::connect: not every peer was up by the deadline.
   mesh_protocol_error,      ///< a peer sent a frame that breaks the link protocol.
-  bad_scheduler_override,   ///< VESSEL_CAF_SCHEDULER is not one of sharing, stealing.
+  bad_scheduler_override,   ///< VESSEL_CAF_SCHEDULER or VESSEL_RANK_ACTOR_THREAD: not a choice.
   mesh_bad_split,           ///< a split message goes to self (one block only there).
   bad_binding_override,     ///< VESSEL_BIND is not one of auto, core, none.
   cpu_binding_failed,       ///< hwloc could not read the topology or bind the process.

@@ -28,6 +28,7 @@ namespace {
 
 constexpr const char* threads_var = "VESSEL_CAF_THREADS";
 constexpr const char* scheduler_var = "VESSEL_CAF_SCHEDULER";
+constexpr const char* rank_thread_var = "VESSEL_RANK_ACTOR_THREAD";
 constexpr auto start_timeout = 10s;
 constexpr auto stop_timeout = 30s;
 
@@ -72,6 +73,15 @@ actors::detailed_result<void> node_config::apply_env(const actors::env_view& env
                               "' is not a CAF scheduler: sharing or stealing");
     }
   }
+  if (auto v = env.get(rank_thread_var)) {
+    if (*v == "reactor" || *v == "caf") {
+      rank_actor_on_reactor = *v == "reactor";
+    } else {
+      return actors::fail(actors::errc::bad_scheduler_override,
+                          std::string{rank_thread_var} + "='" + *v +
+                              "' is not where the rank actor runs: reactor or caf");
+    }
+  }
   return outcome::success();
 }
 
@@ -111,6 +121,9 @@ node::node(node_config config, transport_factory make_transport)
   system_ = std::make_unique<caf::actor_system>(caf_config_);
   if (auto started = reactor_.start(); !started) {
     throw std::system_error(started.error(), "node: the reactor did not start");
+  }
+  if (config_.rank_actor_on_reactor) {
+    rank_host_ = std::make_unique<actors::reactor_execution_unit>(*system_, reactor_);
   }
   auto outbox_cfg = config_.outbox;
   outbox_cfg.world_size = config_.world_size;
@@ -184,7 +197,8 @@ node::node(node_config config, transport_factory make_transport)
   children.push_back(actors::child_spec{
       "rank",
       [this, rank_cfg](caf::actor_system& sys) {
-        auto a = caf::actor_cast<caf::actor>(actors::spawn_rank_actor(sys, rank_cfg, outbox_));
+        auto a = caf::actor_cast<caf::actor>(
+            actors::spawn_rank_actor(sys, rank_cfg, outbox_, rank_host_.get()));
         {
           const std::lock_guard lock{rank_slot_.mutex};
           rank_slot_.current = a;

@@ -9,7 +9,8 @@
 //
 // Data path: transport (reactor thread) -> node observer -> event_batcher (one anon_send per
 // reactor turn) -> rank / link actors; rank actor -> outbox (one reactor wake-up per burst) ->
-// transport.
+// transport. The rank actor itself runs on the reactor thread (rank_actor_on_reactor), so that
+// both of its hand-offs stay on that thread; the link actors, off the data path, run on CAF's.
 //
 // Shutdown (stop() or the destructor): the root stops its children in reverse order, then the
 // reactor stops, then the actor system goes. Nothing may be left running, or CAF's destructor
@@ -37,6 +38,7 @@
 #include "actors/message_matcher.hpp"
 #include "actors/node_transport.hpp"
 #include "actors/outbox.hpp"
+#include "actors/reactor_hosted.hpp"
 #include "actors/supervisor.hpp"
 #include "io/buffer_pool.hpp"
 #include "io/reactor.hpp"
@@ -61,6 +63,10 @@ struct node_config {
   std::size_t scheduler_threads = 2;
   /// CAF's scheduling policy; VESSEL_CAF_SCHEDULER (`sharing` or `stealing`).
   caf_scheduler scheduler = caf_scheduler::sharing;
+  /// The rank actor runs on the reactor thread, where its batches are made and its sends drained
+  /// (actors/reactor_hosted.hpp), rather than on a CAF worker, a thread crossing each way;
+  /// VESSEL_RANK_ACTOR_THREAD (`reactor` or `caf`).
+  bool rank_actor_on_reactor = true;
   /// The root supervisor and the per-peer supervisors (restart backoff, limits).
   actors::supervisor_config supervision{};
   /// How often a peer's link actor may fail within the window before the peer is given up.
@@ -77,7 +83,7 @@ struct node_config {
   /// The pool for payloads apps send (and the loopback's messages).
   io::buffer_pool_config pool = io::buffer_pool_config::defaults();
 
-  /// Reads VESSEL_CAF_THREADS and VESSEL_CAF_SCHEDULER; a malformed value is an error naming it.
+  /// Reads VESSEL_CAF_THREADS, VESSEL_CAF_SCHEDULER and VESSEL_RANK_ACTOR_THREAD; a malformed value is an error naming it.
   actors::detailed_result<void> apply_env(const actors::env_view& env);
 
   /// 16 MiB or 1024 messages unexpected.
@@ -149,6 +155,9 @@ class node {
   std::unique_ptr<io::buffer_pool> pool_;
   caf::actor_system_config caf_config_;
   std::unique_ptr<caf::actor_system> system_;
+  // Null: the rank actor runs on CAF's workers. Declared before the reactor, which may run a last
+  // posted resumption as it is destroyed.
+  std::unique_ptr<actors::reactor_execution_unit> rank_host_;
   io::reactor reactor_;
   std::shared_ptr<actors::outbox> outbox_;
   std::unique_ptr<observer> observer_;

@@ -97,6 +97,11 @@ bool outbox::enqueue(command c) {
   return true;
 }
 
+void outbox::set_transport(node_transport* t) {
+  if (transport_ != nullptr) drain();
+  transport_ = t;
+}
+
 void outbox::drain_thunk(void* self) noexcept { static_cast<outbox*>(self)->drain(); }
 
 void outbox::drain() {

@@ -57,8 +57,10 @@ class outbox {
   outbox& operator=(const outbox&) = delete;
 
   /// Reactor thread (or before anything is queued): where drained commands go; nullptr drops
-  /// them (the node is stopping).
-  void set_transport(node_transport* t) noexcept { transport_ = t; }
+  /// them (the node is stopping). What was queued before goes to the transport being replaced:
+  /// a drain posted from the reactor thread itself runs after work posted from other threads in
+  /// the same turn, and a send accepted before the node stopped must not be dropped by it.
+  void set_transport(node_transport* t);
   /// Before anything is queued: who hears about room.
   void set_room_callback(room_callback cb) { on_room_ = std::move(cb); }
 

@@ -16,6 +16,7 @@
 #include "actors/actor_errc.hpp"
 #include "actors/comm_errc.hpp"
 #include "actors/errc.hpp"
+#include "actors/reactor_hosted.hpp"
 #include "actors/supervisor.hpp"
 #include "io/log.hpp"
 
@@ -273,11 +274,26 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
   };
 }
 
+// The same behaviour, resumed on a reactor thread (reactor_hosted.hpp).
+class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_base<rank_state>> {
+ public:
+  hosted_rank(caf::actor_config& cfg, reactor_execution_unit* unit, rank_actor_config config,
+              std::shared_ptr<outbox> out)
+      : on_reactor_thread{cfg, unit}, config_{config}, out_{std::move(out)} {}
+
+  behavior_type make_behavior() override { return rank_impl(this, config_, std::move(out_)); }
+
+ private:
+  rank_actor_config config_;
+  std::shared_ptr<outbox> out_;
+};
+
 }  // namespace
 
 rank_impl_actor spawn_rank_actor(caf::actor_system& sys, rank_actor_config config,
-                                 std::shared_ptr<outbox> out) {
+                                 std::shared_ptr<outbox> out, reactor_execution_unit* host) {
   register_caf_error_category(comm_category());  // the matcher's errors reach apps as they are
+  if (host != nullptr) return sys.spawn<hosted_rank>(host, config, std::move(out));
   return sys.spawn(rank_impl, config, std::move(out));
 }
 

@@ -46,9 +46,13 @@ struct rank_actor_config {
   std::size_t max_waiting_sends = 4096;
 };
 
+class reactor_execution_unit;
+
 /// Spawns a rank actor sending through `out` (shared with the node, which drains it). The node
-/// routes out's room callback to the actor as (room_atom, dst).
+/// routes out's room callback to the actor as (room_atom, dst). With `host`, the actor runs on
+/// that unit's reactor thread (the one that drains `out`) instead of a CAF worker.
 rank_impl_actor spawn_rank_actor(caf::actor_system& sys, rank_actor_config config,
-                                 std::shared_ptr<outbox> out);
+                                 std::shared_ptr<outbox> out,
+                                 reactor_execution_unit* host = nullptr);
 
 }  // namespace vessel::actors

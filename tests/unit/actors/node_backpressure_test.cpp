@@ -171,6 +171,35 @@ TEST(node_backpressure_test, the_outbox_counts_what_the_transport_has_not_taken_
   reactor.stop();
 }
 
+// The rank actor runs on the reactor thread: its send posts the drain from there, and a stop
+// posted from another thread in the meantime runs first. The send was accepted; it must go out.
+TEST(node_backpressure_test, a_send_queued_on_the_reactor_thread_goes_out_before_the_transport_goes) {
+  io::reactor reactor;
+  ASSERT_TRUE(reactor.start());
+  struct never_observer final : mesh_observer {
+    void on_message(inbound_message&&) override {}
+    void on_peer_state(std::uint32_t, peer_state, std::error_code) override {}
+    void on_writable(std::uint32_t) override {}
+  } observer;
+  gated_transport transport{reactor, observer};
+  transport.open = true;
+  io::buffer_pool pool{io::buffer_pool_config{{{4096, 64}}, false}};
+  outbox out{reactor, outbox_config{2, 1 << 20, 4}};
+  on_reactor(reactor, [&] {
+    out.set_transport(&transport);
+    auto block = pool.try_acquire(100);
+    ASSERT_TRUE(block);
+    ASSERT_TRUE(out.send(1, 7, std::move(block).slice(0, 100)));  // its drain is posted, not run
+    EXPECT_EQ(transport.accepted.load(), 0u);
+    out.set_transport(nullptr);
+  });
+  EXPECT_EQ(transport.accepted.load(), 1u);
+  EXPECT_EQ(out.queued_messages(1), 0u);
+  on_reactor(reactor, [] {});  // the posted drain finds nothing left
+  EXPECT_EQ(transport.accepted.load(), 1u);
+  reactor.stop();
+}
+
 TEST(node_backpressure_test, the_rank_actor_delays_the_sent_reply_until_there_is_room) {
   gated_transport* transport = nullptr;
   auto n = gated_node(gated_config(), transport);

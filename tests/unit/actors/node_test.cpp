@@ -5,6 +5,7 @@
 #include "actors/node.hpp"
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -182,6 +183,47 @@ TEST(node_test, the_config_reads_the_caf_thread_count_and_scheduler_from_the_env
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, make_error_code(errc::malformed_number));
   EXPECT_EQ(cfg.scheduler_threads, 3u);  // a refused value changes nothing
+
+  EXPECT_TRUE(cfg.rank_actor_on_reactor);
+  ASSERT_TRUE(cfg.apply_env(env_view::from_map({{"VESSEL_RANK_ACTOR_THREAD", "caf"}})));
+  EXPECT_FALSE(cfg.rank_actor_on_reactor);
+  ASSERT_TRUE(cfg.apply_env(env_view::from_map({{"VESSEL_RANK_ACTOR_THREAD", "reactor"}})));
+  EXPECT_TRUE(cfg.rank_actor_on_reactor);
+  bad = cfg.apply_env(env_view::from_map({{"VESSEL_RANK_ACTOR_THREAD", "worker"}}));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, make_error_code(errc::bad_scheduler_override));
+  EXPECT_NE(bad.error().detail.find("VESSEL_RANK_ACTOR_THREAD='worker'"), std::string::npos)
+      << bad.error().detail;
+}
+
+// Where the rank actor runs shows when the reactor thread is held up: hosted there, the actor
+// answers only once the reactor is free again; on CAF's workers it answers meanwhile.
+TEST(node_test, the_rank_actor_runs_on_the_reactor_thread_unless_told_to_run_on_cafs) {
+  for (bool on_reactor : {true, false}) {
+    SCOPED_TRACE(on_reactor ? "on the reactor" : "on CAF's workers");
+    node_config cfg = small_config();
+    cfg.rank_actor_on_reactor = on_reactor;
+    vessel::node n{cfg};
+    {
+      caf::scoped_actor self{n.system()};
+      rank_actor rank = n.rank_actor();
+      ASSERT_TRUE(rank);
+      for (int i = 0; i < 50; ++i) send(self, rank, 0, 7, text(n, std::to_string(i)));
+      for (int i = 0; i < 50; ++i) {
+        ASSERT_EQ(receive(self, rank, 0, 7).data.view(), std::to_string(i));
+      }
+      std::promise<void> release;
+      auto released = release.get_future().share();
+      ASSERT_TRUE(n.reactor().post([released] { released.wait(); }));
+      self->send(rank, stats_atom::value);
+      bool answered = false;
+      self->receive([&](const rank_stats&) { answered = true; }, caf::after(100ms) >> [] {});
+      EXPECT_EQ(answered, !on_reactor);
+      release.set_value();
+      if (!answered) self->receive([](const rank_stats&) {});
+    }
+    n.stop();
+  }
 }
 
 TEST(node_test, the_rank_actor_works_under_either_caf_scheduler) {

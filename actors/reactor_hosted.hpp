@@ -1,0 +1,83 @@
+#pragma once
+// Actors that run on a reactor thread instead of a CAF worker.
+//
+// The rank actor's work per message (match a receive, hand a send to the outbox) is a few hundred
+// nanoseconds; what costs is getting there: the reactor hands each batch to a CAF worker, which
+// hands each send back to the reactor, a thread crossing (a wake-up or a context switch, ~5 µs
+// even on one core) each way on both ranks. Hosted on the reactor thread, as CAF's own brokers
+// live on their multiplexer's thread, the actor is resumed where its inbound batches are made and
+// its sends are drained: per direction one crossing is left on each side, the app's.
+//
+// CAF schedules an actor by calling `exec_later` on the execution unit passed to its `enqueue`
+// (or `launch`); `on_reactor_thread<Base>` passes a reactor_execution_unit whatever the sender
+// passed. The unit posts a resumption to the reactor, bounded to `max_throughput` messages so that
+// I/O is served between resumptions. Actors the resident one sends to or spawns are not residents
+// and go to CAF's scheduler, and so does everything once the reactor has stopped.
+
+#include <cstddef>
+#include <utility>
+
+#include <caf/actor_config.hpp>
+#include <caf/execution_unit.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/resumable.hpp>
+
+#include "io/reactor.hpp"
+
+namespace vessel::actors {
+
+class reactor_execution_unit;
+
+/// The side of a reactor-hosted actor that its execution unit sees.
+class reactor_resident {
+ public:
+  explicit reactor_resident(reactor_execution_unit& unit) noexcept : unit_{&unit} {}
+  reactor_execution_unit& unit() const noexcept { return *unit_; }
+  /// The actor as CAF's scheduler sees it.
+  virtual caf::resumable* job() noexcept = 0;
+
+ protected:
+  ~reactor_resident() = default;
+
+ private:
+  reactor_execution_unit* unit_;
+};
+
+class reactor_execution_unit final : public caf::execution_unit {
+ public:
+  /// `reactor` and `sys` must outlive every actor hosted here.
+  reactor_execution_unit(caf::actor_system& sys, io::reactor& reactor,
+                         std::size_t max_throughput = 32) noexcept;
+
+  /// Any thread. A resident of this unit is resumed on the reactor thread; any other job, or a
+  /// resident once the reactor has stopped, is handed to CAF's scheduler.
+  void exec_later(caf::resumable* job) override;
+
+  io::reactor& reactor() const noexcept { return reactor_; }
+
+ private:
+  static void resume(void* resident) noexcept;
+
+  io::reactor& reactor_;
+  std::size_t max_throughput_;
+};
+
+/// `Base` (a CAF event-based actor class) scheduled on `unit`'s reactor thread.
+template <class Base>
+class on_reactor_thread : public Base, public reactor_resident {
+ public:
+  template <class... Ts>
+  on_reactor_thread(caf::actor_config& cfg, reactor_execution_unit* unit, Ts&&... xs)
+      : Base(cfg, std::forward<Ts>(xs)...), reactor_resident{*unit} {}
+
+  using Base::enqueue;
+  void enqueue(caf::mailbox_element_ptr ptr, caf::execution_unit*) override {
+    Base::enqueue(std::move(ptr), &unit());
+  }
+  void launch(caf::execution_unit*, bool lazy, bool hide) override {
+    Base::launch(&unit(), lazy, hide);
+  }
+  caf::resumable* job() noexcept override { return this; }
+};
+
+}  // namespace vessel::actors
