@@ -83,7 +83,8 @@ struct node_config {
   /// The pool for payloads apps send (and the loopback's messages).
   io::buffer_pool_config pool = io::buffer_pool_config::defaults();
 
-  /// Reads VESSEL_CAF_THREADS, VESSEL_CAF_SCHEDULER and VESSEL_RANK_ACTOR_THREAD; a malformed value is an error naming it.
+  /// Reads VESSEL_CAF_THREADS, VESSEL_CAF_SCHEDULER and VESSEL_RANK_ACTOR_THREAD; a malformed
+  /// value is an error naming it.
   actors::detailed_result<void> apply_env(const actors::env_view& env);
 
   /// 16 MiB or 1024 messages unexpected.

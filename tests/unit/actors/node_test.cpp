@@ -214,7 +214,12 @@ TEST(node_test, the_rank_actor_runs_on_the_reactor_thread_unless_told_to_run_on_
       }
       std::promise<void> release;
       auto released = release.get_future().share();
-      ASSERT_TRUE(n.reactor().post([released] { released.wait(); }));
+      std::promise<void> blocking;
+      ASSERT_TRUE(n.reactor().post([&blocking, released] {
+        blocking.set_value();
+        released.wait();
+      }));
+      blocking.get_future().wait();  // the actor's last run has ended: the reactor runs this
       self->send(rank, stats_atom::value);
       bool answered = false;
       self->receive([&](const rank_stats&) { answered = true; }, caf::after(100ms) >> [] {});

@@ -8,8 +8,8 @@
 #include <future>
 #include <memory>
 
-#include <caf/all.hpp>
 #include <gtest/gtest.h>
+#include <caf/all.hpp>
 
 #include "io/reactor.hpp"
 #include "tests/unit/actors/caf_test_support.hpp"
@@ -31,16 +31,17 @@ class probe final : public on_reactor_thread<caf::event_based_actor> {
 
   caf::behavior make_behavior() override {
     return {
-        [this](where_atom, int n) { return caf::make_message(n, unit().reactor().is_reactor_thread()); },
-        [this](forward_atom, const caf::actor& to) {
-          return delegate(to, where_atom::value, 0);
+        [this](where_atom, int n) {
+          return caf::make_message(n, unit().reactor().is_reactor_thread());
         },
+        [this](forward_atom, const caf::actor& to) { return delegate(to, where_atom::value, 0); },
     };
   }
 };
 
 caf::behavior plain_probe(caf::event_based_actor*, io::reactor* reactor) {
-  return {[reactor](where_atom, int n) { return caf::make_message(n, reactor->is_reactor_thread()); }};
+  return {
+      [reactor](where_atom, int n) { return caf::make_message(n, reactor->is_reactor_thread()); }};
 }
 
 class reactor_hosted_test : public caf_test {
@@ -95,20 +96,24 @@ TEST_F(reactor_hosted_test, actors_it_talks_to_stay_on_cafs_workers) {
 TEST_F(reactor_hosted_test, a_busy_reactor_holds_its_actors_back_until_it_is_free) {
   caf::scoped_actor self{sys()};
   auto a = sys().spawn<probe>(unit_.get());
-  // Idle first (its first resumption, posted by the spawn, must not come before the blocker).
-  self->request(a, 5s, where_atom::value, 0).receive([](int, bool) {}, [](caf::error&) {});
   std::promise<void> release;
   auto released = release.get_future().share();
-  ASSERT_TRUE(reactor_.post([released] { released.wait(); }));
+  std::promise<void> blocking;
+  ASSERT_TRUE(reactor_.post([&blocking, released] {
+    blocking.set_value();
+    released.wait();
+  }));
+  blocking.get_future().wait();  // the actor's last run has ended: the reactor runs this
   self->send(a, where_atom::value, 1);
   bool answered = false;
   self->receive([&](int, bool) { answered = true; }, caf::after(100ms) >> [] {});
   EXPECT_FALSE(answered) << "the actor ran while its reactor was blocked";
   release.set_value();
-  if (!answered) self->receive([&](int n, bool on_reactor) {
-    EXPECT_EQ(n, 1);
-    EXPECT_TRUE(on_reactor);
-  });
+  if (!answered)
+    self->receive([&](int n, bool on_reactor) {
+      EXPECT_EQ(n, 1);
+      EXPECT_TRUE(on_reactor);
+    });
   stop(self, a);
 }
 
