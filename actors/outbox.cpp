@@ -71,6 +71,13 @@ void outbox::count_out(std::uint32_t dst, std::size_t bytes) noexcept {
 }
 
 bool outbox::enqueue(command c) {
+  if (reactor_.is_reactor_thread() && transport_ != nullptr && !draining_now_) {
+    // From the loop's own thread (the rank actor hosted there): submitted now, behind whatever
+    // other threads queued, instead of a posted drain one loop turn later.
+    drain();
+    submit(c);
+    return true;
+  }
   bool post = false;
   {
     const std::lock_guard lock{mutex_};
@@ -111,8 +118,10 @@ void outbox::drain() {
     posted_ = false;
   }
   ++stats_.drains;
+  draining_now_ = true;
   for (auto& c : draining_) submit(c);
   draining_.clear();
+  draining_now_ = false;
 }
 
 void outbox::submit(command& c) {

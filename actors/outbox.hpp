@@ -117,6 +117,7 @@ class outbox {
   std::vector<command> incoming_;  // guarded by mutex_
   bool posted_ = false;            // guarded by mutex_
   std::vector<command> draining_;  // reactor thread; swapped with incoming_, keeps capacity
+  bool draining_now_ = false;      // reactor thread: a command enqueued meanwhile waits its turn
   std::unordered_map<std::uint32_t, std::deque<command>> backlog_;  // reactor thread
   outbox_stats stats_;
 };

@@ -171,9 +171,10 @@ TEST(node_backpressure_test, the_outbox_counts_what_the_transport_has_not_taken_
   reactor.stop();
 }
 
-// The rank actor runs on the reactor thread: its send posts the drain from there, and a stop
-// posted from another thread in the meantime runs first. The send was accepted; it must go out.
-TEST(node_backpressure_test, a_send_queued_on_the_reactor_thread_goes_out_before_the_transport_goes) {
+// A send from the reactor thread itself (the rank actor is hosted there) goes to the transport at
+// once; one from another thread whose drain is still queued when the transport is taken away
+// (the node stopping) goes to it before it goes.
+TEST(node_backpressure_test, accepted_sends_reach_the_transport_before_it_is_taken_away) {
   io::reactor reactor;
   ASSERT_TRUE(reactor.start());
   struct never_observer final : mesh_observer {
@@ -185,18 +186,31 @@ TEST(node_backpressure_test, a_send_queued_on_the_reactor_thread_goes_out_before
   transport.open = true;
   io::buffer_pool pool{io::buffer_pool_config{{{4096, 64}}, false}};
   outbox out{reactor, outbox_config{2, 1 << 20, 4}};
+  auto hundred_bytes = [&] {
+    auto block = pool.try_acquire(100);
+    EXPECT_TRUE(block);
+    return std::move(block).slice(0, 100);
+  };
   on_reactor(reactor, [&] {
     out.set_transport(&transport);
-    auto block = pool.try_acquire(100);
-    ASSERT_TRUE(block);
-    ASSERT_TRUE(out.send(1, 7, std::move(block).slice(0, 100)));  // its drain is posted, not run
-    EXPECT_EQ(transport.accepted.load(), 0u);
-    out.set_transport(nullptr);
+    ASSERT_TRUE(out.send(1, 7, hundred_bytes()));
+    EXPECT_EQ(transport.accepted.load(), 1u);  // no drain to wait for
   });
-  EXPECT_EQ(transport.accepted.load(), 1u);
+
+  std::promise<void> queued;
+  std::promise<void> done;
+  ASSERT_TRUE(reactor.post([&, go = queued.get_future().share()] {
+    go.wait();
+    out.set_transport(nullptr);  // the drain the send below posted has not run yet
+    done.set_value();
+  }));
+  ASSERT_TRUE(out.send(1, 8, hundred_bytes()));
+  queued.set_value();
+  done.get_future().wait();
+  EXPECT_EQ(transport.accepted.load(), 2u);
   EXPECT_EQ(out.queued_messages(1), 0u);
   on_reactor(reactor, [] {});  // the posted drain finds nothing left
-  EXPECT_EQ(transport.accepted.load(), 1u);
+  EXPECT_EQ(transport.accepted.load(), 2u);
   reactor.stop();
 }
 
