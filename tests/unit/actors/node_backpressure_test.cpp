@@ -118,17 +118,26 @@ rank_stats stats_of(caf::scoped_actor& self, const rank_actor& rank) {
   return out;
 }
 
-TEST(node_backpressure_test, the_outbox_counts_what_the_transport_has_not_taken_and_calls_back) {
-  io::reactor reactor;
-  ASSERT_TRUE(reactor.start());
+// An outbox over a gated transport on a reactor of its own; nothing is observed.
+struct outbox_rig {
   struct never_observer final : mesh_observer {
     void on_message(inbound_message&&) override {}
     void on_peer_state(std::uint32_t, peer_state, std::error_code) override {}
     void on_writable(std::uint32_t) override {}
-  } observer;
+  };
+  outbox_rig() { EXPECT_TRUE(reactor.start()); }
+  ~outbox_rig() { reactor.stop(); }
+
+  io::reactor reactor;
+  never_observer observer;
   gated_transport transport{reactor, observer};
   io::buffer_pool pool{io::buffer_pool_config{{{4096, 64}}, false}};
   outbox out{reactor, outbox_config{2, 1 << 20, 4}};
+};
+
+TEST(node_backpressure_test, the_outbox_counts_what_the_transport_has_not_taken_and_calls_back) {
+  outbox_rig rig;
+  auto& [reactor, observer, transport, pool, out] = rig;
   std::atomic<int> room_calls{0};
   out.set_room_callback([&](std::uint32_t dst) {
     EXPECT_EQ(dst, 1u);
@@ -175,17 +184,9 @@ TEST(node_backpressure_test, the_outbox_counts_what_the_transport_has_not_taken_
 // once; one from another thread whose drain is still queued when the transport is taken away
 // (the node stopping) goes to it before it goes.
 TEST(node_backpressure_test, accepted_sends_reach_the_transport_before_it_is_taken_away) {
-  io::reactor reactor;
-  ASSERT_TRUE(reactor.start());
-  struct never_observer final : mesh_observer {
-    void on_message(inbound_message&&) override {}
-    void on_peer_state(std::uint32_t, peer_state, std::error_code) override {}
-    void on_writable(std::uint32_t) override {}
-  } observer;
-  gated_transport transport{reactor, observer};
+  outbox_rig rig;
+  auto& [reactor, observer, transport, pool, out] = rig;
   transport.open = true;
-  io::buffer_pool pool{io::buffer_pool_config{{{4096, 64}}, false}};
-  outbox out{reactor, outbox_config{2, 1 << 20, 4}};
   auto hundred_bytes = [&] {
     auto block = pool.try_acquire(100);
     EXPECT_TRUE(block);

@@ -17,6 +17,7 @@
 #include "actors/errc.hpp"
 #include "io/errc.hpp"
 #include "tests/unit/actors/caf_test_support.hpp"
+#include "tests/unit/actors/reactor_hold.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -49,6 +50,14 @@ void send(caf::scoped_actor& self, const rank_actor& rank, std::uint32_t dst, st
           payload p) {
   self->request(rank, caf::infinite, send_atom::value, dst, tag, std::move(p))
       .receive([](sent_atom) {}, [](caf::error& e) { ADD_FAILURE() << describe(e); });
+}
+
+// Fifty messages to self, then received in their order.
+void fifty_to_self_in_order(caf::scoped_actor& self, vessel::node& n, const rank_actor& rank) {
+  for (int i = 0; i < 50; ++i) send(self, rank, 0, 7, text(n, std::to_string(i)));
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_EQ(receive(self, rank, 0, 7).data.view(), std::to_string(i));
+  }
 }
 
 node_config small_config() {
@@ -208,23 +217,13 @@ TEST(node_test, the_rank_actor_runs_on_the_reactor_thread_unless_told_to_run_on_
       caf::scoped_actor self{n.system()};
       rank_actor rank = n.rank_actor();
       ASSERT_TRUE(rank);
-      for (int i = 0; i < 50; ++i) send(self, rank, 0, 7, text(n, std::to_string(i)));
-      for (int i = 0; i < 50; ++i) {
-        ASSERT_EQ(receive(self, rank, 0, 7).data.view(), std::to_string(i));
-      }
-      std::promise<void> release;
-      auto released = release.get_future().share();
-      std::promise<void> blocking;
-      ASSERT_TRUE(n.reactor().post([&blocking, released] {
-        blocking.set_value();
-        released.wait();
-      }));
-      blocking.get_future().wait();  // the actor's last run has ended: the reactor runs this
+      ASSERT_NO_FATAL_FAILURE(fifty_to_self_in_order(self, n, rank));
+      testing::reactor_hold hold{n.reactor()};
       self->send(rank, stats_atom::value);
       bool answered = false;
       self->receive([&](const rank_stats&) { answered = true; }, caf::after(100ms) >> [] {});
       EXPECT_EQ(answered, !on_reactor);
-      release.set_value();
+      hold.release();
       if (!answered) self->receive([](const rank_stats&) {});
     }
     n.stop();
@@ -240,10 +239,7 @@ TEST(node_test, the_rank_actor_works_under_either_caf_scheduler) {
       caf::scoped_actor self{n.system()};
       rank_actor rank = n.rank_actor();
       ASSERT_TRUE(rank);
-      for (int i = 0; i < 50; ++i) send(self, rank, 0, 7, text(n, std::to_string(i)));
-      for (int i = 0; i < 50; ++i) {
-        ASSERT_EQ(receive(self, rank, 0, 7).data.view(), std::to_string(i));
-      }
+      ASSERT_NO_FATAL_FAILURE(fifty_to_self_in_order(self, n, rank));
     }
     n.stop();
   }

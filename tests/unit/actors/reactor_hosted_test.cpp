@@ -5,7 +5,6 @@
 #include "actors/reactor_hosted.hpp"
 
 #include <chrono>
-#include <future>
 #include <memory>
 
 #include <gtest/gtest.h>
@@ -13,6 +12,7 @@
 
 #include "io/reactor.hpp"
 #include "tests/unit/actors/caf_test_support.hpp"
+#include "tests/unit/actors/reactor_hold.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -96,19 +96,12 @@ TEST_F(reactor_hosted_test, actors_it_talks_to_stay_on_cafs_workers) {
 TEST_F(reactor_hosted_test, a_busy_reactor_holds_its_actors_back_until_it_is_free) {
   caf::scoped_actor self{sys()};
   auto a = sys().spawn<probe>(unit_.get());
-  std::promise<void> release;
-  auto released = release.get_future().share();
-  std::promise<void> blocking;
-  ASSERT_TRUE(reactor_.post([&blocking, released] {
-    blocking.set_value();
-    released.wait();
-  }));
-  blocking.get_future().wait();  // the actor's last run has ended: the reactor runs this
+  testing::reactor_hold hold{reactor_};
   self->send(a, where_atom::value, 1);
   bool answered = false;
   self->receive([&](int, bool) { answered = true; }, caf::after(100ms) >> [] {});
   EXPECT_FALSE(answered) << "the actor ran while its reactor was blocked";
-  release.set_value();
+  hold.release();
   if (!answered)
     self->receive([&](int n, bool on_reactor) {
       EXPECT_EQ(n, 1);
