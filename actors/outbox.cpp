@@ -109,7 +109,11 @@ void outbox::set_transport(node_transport* t) {
   transport_ = t;
 }
 
-void outbox::drain_thunk(void* self) noexcept { static_cast<outbox*>(self)->drain(); }
+void outbox::drain_thunk(void* self) noexcept {
+  auto* out = static_cast<outbox*>(self);
+  ++out->stats_.drains;
+  out->drain();
+}
 
 void outbox::drain() {
   {
@@ -117,7 +121,6 @@ void outbox::drain() {
     draining_.swap(incoming_);
     posted_ = false;
   }
-  ++stats_.drains;
   draining_now_ = true;
   for (auto& c : draining_) submit(c);
   draining_.clear();

@@ -1,8 +1,10 @@
 #pragma once
 // The CAF -> reactor direction of the hand-off: actors (any thread) queue sends and credit
 // releases; the reactor drains everything queued in one posted work item, so a burst of sends
-// from an actor costs one wake-up, not one per message. A send the transport pushes back
-// (link_would_block) waits in a per-destination backlog, in order, until on_writable(dst).
+// from an actor costs one wake-up, not one per message. A command queued on the reactor thread
+// itself (the node's rank actor runs there) goes to the transport at once, behind whatever other
+// threads queued before it. A send the transport pushes back (link_would_block) waits in a
+// per-destination backlog, in order, until on_writable(dst).
 //
 // Bounded: per destination, the bytes and messages of sends that the transport has not accepted
 // yet (queued here or in the backlog) are counted. Callers check has_room(dst) before send();
