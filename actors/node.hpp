@@ -124,6 +124,12 @@ class node {
   actors::rank_actor rank_actor() const;
   /// The link actor of `peer` now (invalid for self, a peer out of range, or one being restarted).
   actors::link_actor link_actor(std::uint32_t peer) const;
+  /// The rank actor's host, for app actors that should run beside it on the reactor thread
+  /// (derive from actors::on_reactor_thread<caf::event_based_actor>, spawn with this as the first
+  /// argument): their requests to the rank actor cross no thread. Their handlers run on the loop
+  /// that serves every link, so they must neither block nor compute for long. Null when
+  /// rank_actor_on_reactor is off.
+  actors::reactor_execution_unit* reactor_host() noexcept { return rank_host_.get(); }
   /// The root supervisor (send it start_child_atom / child_atom directly if you like).
   const caf::actor& root() const noexcept { return root_; }
 

@@ -1,7 +1,8 @@
 // `vessel-bench p2p` end to end with tiny sizes and iterations: it forks its own two rank
-// processes per API (comm facade, rank actor), runs Open MPI's peer when mpirun is here, and
-// writes a CSV whose shape these tests check (columns, one row per bench/size/metric, the peer's
-// column, advantage = the ratio of the two values). No timing is asserted.
+// processes per API (comm facade; rank actor from a scoped actor and from a hosted app actor),
+// runs Open MPI's peer when mpirun is here, and writes a CSV whose shape these tests check
+// (columns, one row per bench/size/metric, the peer's column, advantage = the ratio of the two
+// values). No timing is asserted.
 
 #include <gtest/gtest.h>
 
@@ -97,12 +98,19 @@ TEST_P(vessel_bench_p2p, csv_has_one_row_per_api_size_and_metric) {
     EXPECT_GT(row.vessel, 0) << row.bench << " " << row.size << " " << row.metric;
   }
   const std::set<std::tuple<std::string, std::string, std::string>> want{
-      {"p2p", "8", "latency"},           {"p2p", "65536", "latency"},
-      {"p2p", "65536", "bandwidth"},     {"p2p.actor", "8", "latency"},
-      {"p2p.actor", "65536", "latency"}, {"p2p.actor", "65536", "bandwidth"}};
+      {"p2p", "8", "latency"},
+      {"p2p", "65536", "latency"},
+      {"p2p", "65536", "bandwidth"},
+      {"p2p.actor", "8", "latency"},
+      {"p2p.actor", "65536", "latency"},
+      {"p2p.actor", "65536", "bandwidth"},
+      {"p2p.hosted", "8", "latency"},
+      {"p2p.hosted", "65536", "latency"},
+      {"p2p.hosted", "65536", "bandwidth"}};
   EXPECT_EQ(keys, want) << r.output;
-  // The readable table names both APIs.
+  // The readable table names every way in.
   EXPECT_NE(r.output.find("p2p.actor"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("p2p.hosted"), std::string::npos) << r.output;
 }
 
 TEST_P(vessel_bench_p2p, open_mpi_peer_rows_carry_its_value_and_the_ratio) {

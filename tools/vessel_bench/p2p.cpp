@@ -1,9 +1,10 @@
 // vessel-bench p2p --transport tcp|shm: point-to-point through the whole stack between two rank
 // processes this tool forks (VESSEL_RANK/WORLD_SIZE/STORE/TOKEN/TRANSPORT, as vessel-run sets
-// them), over two APIs: the blocking facade vessel::comm (rows "p2p") and vessel::node's rank
-// actor (rows "p2p.actor"); against Open MPI's MPI_Send/MPI_Recv (bench/peers/mpi_p2p.cpp under
-// `mpirun -n 2`, btl tcp or vader) run in the same invocation, interleaved: per run comm, MPI,
-// actor, then the next run; medians over the runs. Without mpirun or peer_mpi_p2p (built when
+// them), over three ways in: the blocking facade vessel::comm (rows "p2p"), vessel::node's rank
+// actor from a scoped actor (rows "p2p.actor") and from an event-based app actor hosted on the
+// node's reactor thread (rows "p2p.hosted"); against Open MPI's MPI_Send/MPI_Recv
+// (bench/peers/mpi_p2p.cpp under `mpirun -n 2`, btl tcp or vader) run in the same invocation,
+// interleaved: per run comm, MPI, actor, hosted, then the next run; medians over the runs. Without mpirun or peer_mpi_p2p (built when
 // libopenmpi-dev is installed) the rows say peer "none".
 
 #include <fcntl.h>
@@ -273,7 +274,7 @@ int run_p2p(const bench_options& opts, report& out, const char* transport) {
     return 2;
   }
   auto mpi = mpi_command(transport);
-  samples comm_side, actor_side, mpi_side;
+  samples comm_side, actor_side, hosted_side, mpi_side;
   for (std::size_t run = 0; run < opts.runs; ++run) {
     if (!run_vessel(p2p_path::comm, transport, schedule, comm_side)) {
       std::fprintf(stderr, "vessel-bench p2p: the comm ranks failed (run %zu)\n", run);
@@ -284,11 +285,16 @@ int run_p2p(const bench_options& opts, report& out, const char* transport) {
       std::fprintf(stderr, "vessel-bench p2p: the actor ranks failed (run %zu)\n", run);
       return 1;
     }
+    if (!run_vessel(p2p_path::hosted_actor, transport, schedule, hosted_side)) {
+      std::fprintf(stderr, "vessel-bench p2p: the hosted actor ranks failed (run %zu)\n", run);
+      return 1;
+    }
   }
   const std::string peer_name =
       std::string{"ompi-"} + (std::string{transport} == "shm" ? "vader" : "tcp");
   add_rows(out, "p2p", transport, comm_side, mpi_side, peer_name, opts.verbose);
   add_rows(out, "p2p.actor", transport, actor_side, mpi_side, peer_name, opts.verbose);
+  add_rows(out, "p2p.hosted", transport, hosted_side, mpi_side, peer_name, opts.verbose);
   return 0;
 }
 

@@ -20,6 +20,9 @@ struct bench_options;
 enum class p2p_path {
   comm,   ///< the blocking facade vessel::comm (send/recv, runtime hand-off, matcher, mesh)
   actor,  ///< vessel::node's rank actor (CAF request/response, event batcher, outbox, mesh)
+  /// The same from an event-based app actor on the node's reactor thread (node::reactor_host):
+  /// the actor API without a thread crossing.
+  hosted_actor,
 };
 
 struct p2p_point {

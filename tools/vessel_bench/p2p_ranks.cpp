@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -15,12 +16,16 @@
 #include <thread>
 #include <vector>
 
+#include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include "actors/actor_errc.hpp"
 #include "actors/comm.hpp"
 #include "actors/node.hpp"
 #include "actors/node_launch.hpp"
+#include "actors/reactor_hosted.hpp"
+#include "io/errc.hpp"
 #include "tools/vessel_bench/p2p.hpp"
 
 namespace vessel::bench {
@@ -35,7 +40,12 @@ constexpr std::uint64_t ack_tag = 3;
 constexpr std::uint64_t sync_tag = 4;
 constexpr auto exchange_timeout = 120s;  // a peer that died must not hang the bench
 
-/// One vessel API as the loops see it: blocking send and receive into a buffer.
+class p2p_channel;
+void blocking_ping_pong(p2p_channel& ch, std::span<std::byte> msg, std::size_t iters);
+void blocking_stream(p2p_channel& ch, std::span<std::byte> msg, std::size_t iters);
+
+/// One vessel API as the loops see it: blocking send and receive into a buffer, and the two
+/// loops, which a channel whose API is not blocking runs its own way.
 class p2p_channel {
  public:
   virtual ~p2p_channel() = default;
@@ -44,6 +54,12 @@ class p2p_channel {
   virtual void recv(std::span<std::byte> into, std::uint64_t tag) = 0;
   virtual void barrier() = 0;
   virtual void close() = 0;
+  virtual void ping_pong(std::span<std::byte> msg, std::size_t iters) {
+    blocking_ping_pong(*this, msg, iters);
+  }
+  virtual void stream(std::span<std::byte> msg, std::size_t iters) {
+    blocking_stream(*this, msg, iters);
+  }
 };
 
 class comm_channel final : public p2p_channel {
@@ -71,7 +87,7 @@ class comm_channel final : public p2p_channel {
 /// driven through its rank actor with CAF request/response from a scoped actor (what an app
 /// outside the actor system does). A message larger than one pool block goes as several
 /// rank-actor sends of one block each. Pools as the comm facade's runtime has them (pre-faulted).
-class actor_channel final : public p2p_channel {
+class actor_channel : public p2p_channel {
  public:
   actor_channel() {
     auto launched = launched_node::start(actors::env_view::process(), node_launch_options{});
@@ -148,16 +164,22 @@ class actor_channel final : public p2p_channel {
     node_ = nullptr;
   }
 
+ protected:
+  vessel::node& node() const noexcept { return *node_; }
+  const actors::rank_actor& rank_handle() const noexcept { return rank_actor_; }
+  caf::scoped_actor& self() noexcept { return *self_; }
+  std::size_t piece() const noexcept { return piece_; }
+
  private:
   std::unique_ptr<launched_node> launched_;
-  node* node_ = nullptr;  // launched_'s
+  vessel::node* node_ = nullptr;  // launched_'s
   std::uint32_t rank_ = 0;
   std::size_t piece_ = 0;
   std::unique_ptr<caf::scoped_actor> self_;
   actors::rank_actor rank_actor_;
 };
 
-void ping_pong(p2p_channel& ch, std::span<std::byte> msg, std::size_t iters) {
+void blocking_ping_pong(p2p_channel& ch, std::span<std::byte> msg, std::size_t iters) {
   for (std::size_t i = 0; i < iters; ++i) {
     if (ch.rank() == 0) {
       ch.send(msg, latency_tag);
@@ -169,7 +191,7 @@ void ping_pong(p2p_channel& ch, std::span<std::byte> msg, std::size_t iters) {
   }
 }
 
-void stream(p2p_channel& ch, std::span<std::byte> msg, std::size_t iters) {
+void blocking_stream(p2p_channel& ch, std::span<std::byte> msg, std::size_t iters) {
   for (std::size_t i = 0; i < iters; ++i) {
     if (ch.rank() == 0)
       ch.send(msg, stream_tag);
@@ -183,12 +205,174 @@ void stream(p2p_channel& ch, std::span<std::byte> msg, std::size_t iters) {
     ch.send({&ack, 1}, ack_tag);
 }
 
-template <class Loop>
-double timed(p2p_channel& ch, Loop loop, std::span<std::byte> msg, std::size_t iters) {
-  loop(ch, msg, iters / 10 + 1);  // warm-up: pools, page faults, the peer's receive path
+using loop_atom = caf::atom_constant<caf::atom("p2ploop")>;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
+
+/// The two loops as an event-based app actor on the node's reactor thread, beside the rank actor:
+/// every send and receive is a request to the rank actor, continued in its response handler, as
+/// an app written as an actor does it. (loop_atom, streaming, size, iterations) answers true
+/// when the loop is done.
+class hosted_loops final : public actors::on_reactor_thread<caf::event_based_actor> {
+ public:
+  hosted_loops(caf::actor_config& cfg, actors::reactor_execution_unit* unit, vessel::node* n,
+               actors::rank_actor rank, std::uint32_t self_rank, std::size_t piece)
+      : on_reactor_thread{cfg, unit},
+        node_{n},
+        rank_actor_{std::move(rank)},
+        self_rank_{self_rank},
+        piece_{piece} {}
+
+  caf::behavior make_behavior() override {
+    return {
+        [this](loop_atom, bool streaming, std::uint64_t size,
+               std::uint64_t iters) -> caf::result<bool> {
+          buf_.assign(size, std::byte{0x5a});
+          streaming_ = streaming;
+          left_ = iters;
+          done_ = make_response_promise<bool>();
+          next();
+          return done_;
+        },
+        [this](retry_atom) {
+          auto again = std::move(retry_);
+          retry_ = nullptr;
+          if (again) again();
+        },
+    };
+  }
+
+ private:
+  using continuation = std::function<void()>;
+
+  std::uint32_t peer() const noexcept { return 1 - self_rank_; }
+
+  // One iteration of the loop, then the next; the stream ends with one byte back.
+  void next() {
+    const bool sender = self_rank_ == 0;
+    const std::size_t size = buf_.size();
+    if (left_ == 0) {
+      if (!streaming_) {
+        done_.deliver(true);
+      } else if (sender) {
+        recv_all(ack_tag, 1, 0, [this] { done_.deliver(true); });
+      } else {
+        send_all(ack_tag, 1, 0, [this] { done_.deliver(true); });
+      }
+      return;
+    }
+    --left_;
+    auto again = [this] { next(); };
+    if (streaming_) {
+      if (sender)
+        send_all(stream_tag, size, 0, again);
+      else
+        recv_all(stream_tag, size, 0, again);
+    } else if (sender) {
+      send_all(latency_tag, size, 0, [=, this] { recv_all(latency_tag, size, 0, again); });
+    } else {
+      recv_all(latency_tag, size, 0, [=, this] { send_all(latency_tag, size, 0, again); });
+    }
+  }
+
+  // Sends buf_[offset, size) in pieces of one pool block, then runs k.
+  void send_all(std::uint64_t tag, std::size_t size, std::size_t offset, continuation k) {
+    const auto n = std::min(piece_, size - offset);
+    auto p = actors::payload::copy_of(node_->pool(),
+                                      std::span<const std::byte>{buf_}.subspan(offset, n));
+    if (!p) {
+      if (p.error() != io::errc::pool_exhausted) return fail("payload: " + p.error().message());
+      // Blocks still held by the link: the loop must run to get them back, so wait, not spin.
+      retry_ = [=, this] { send_all(tag, size, offset, k); };
+      delayed_send(this, std::chrono::microseconds{20}, retry_atom::value);
+      return;
+    }
+    request(rank_actor_, caf::infinite, actors::send_atom::value, peer(), tag, std::move(p).value())
+        .then(
+            [=, this](actors::sent_atom) {
+              if (offset + n < size)
+                send_all(tag, size, offset + n, k);
+              else
+                k();
+            },
+            [this](caf::error& e) { fail("send: " + actors::describe(e)); });
+  }
+
+  // Receives into buf_[offset, size) piece by piece, then runs k.
+  void recv_all(std::uint64_t tag, std::size_t size, std::size_t offset, continuation k) {
+    request(rank_actor_, caf::infinite, actors::recv_atom::value, peer(), tag,
+            caf::timespan{exchange_timeout})
+        .then(
+            [=, this](const actors::envelope& e) {
+              const auto got = std::min(e.data.size(), size - offset);
+              if (got == 0 && size != 0) return fail("recv: an empty piece");
+              std::memcpy(buf_.data() + offset, e.data.bytes().data(), got);
+              if (offset + got < size)
+                recv_all(tag, size, offset + got, k);
+              else
+                k();
+            },
+            [this](caf::error& e) { fail("recv: " + actors::describe(e)); });
+  }
+
+  void fail(const std::string& what) {
+    if (done_.pending()) done_.deliver(caf::make_error(caf::sec::runtime_error, what));
+  }
+
+  vessel::node* node_;
+  actors::rank_actor rank_actor_;
+  std::uint32_t self_rank_;
+  std::size_t piece_;
+  std::vector<std::byte> buf_;
+  bool streaming_ = false;
+  std::uint64_t left_ = 0;
+  caf::typed_response_promise<bool> done_;
+  continuation retry_;
+};
+
+/// The actor API from an app that is itself an actor on the node's reactor thread.
+class hosted_channel final : public actor_channel {
+ public:
+  hosted_channel() {
+    auto* host = node().reactor_host();
+    if (host == nullptr) fail("the rank actor is not on the reactor (VESSEL_RANK_ACTOR_THREAD)");
+    loops_ = node().system().spawn<hosted_loops>(host, &node(), rank_handle(), rank(), piece());
+  }
+  ~hosted_channel() override { close(); }
+
+  void ping_pong(std::span<std::byte> msg, std::size_t iters) override {
+    run(false, msg.size(), iters);
+  }
+  void stream(std::span<std::byte> msg, std::size_t iters) override {
+    run(true, msg.size(), iters);
+  }
+  void close() override {
+    if (loops_) {
+      self()->monitor(loops_);
+      self()->send_exit(loops_, caf::exit_reason::kill);
+      self()->receive([](const caf::down_msg&) {});
+      loops_ = nullptr;
+    }
+    actor_channel::close();
+  }
+
+ private:
+  void run(bool streaming, std::size_t size, std::size_t iters) {
+    self()
+        ->request(loops_, caf::infinite, loop_atom::value, streaming, std::uint64_t{size},
+                  std::uint64_t{iters})
+        .receive([](bool) {}, [](caf::error& e) { fail("hosted loop: " + actors::describe(e)); });
+  }
+
+  caf::actor loops_;
+};
+
+using p2p_loop = void (p2p_channel::*)(std::span<std::byte>, std::size_t);
+
+double timed(p2p_channel& ch, p2p_loop loop, std::span<std::byte> msg, std::size_t iters) {
+  (ch.*loop)(msg, iters / 10 + 1);  // warm-up: pools, page faults, the peer's receive path
   ch.barrier();
   const auto t0 = clock_type::now();
-  loop(ch, msg, iters);
+  (ch.*loop)(msg, iters);
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
@@ -204,15 +388,17 @@ void run_p2p_rank(p2p_path path, const p2p_schedule& schedule, int out_fd) {
   std::unique_ptr<p2p_channel> ch;
   if (path == p2p_path::comm)
     ch = std::make_unique<comm_channel>();
-  else
+  else if (path == p2p_path::actor)
     ch = std::make_unique<actor_channel>();
+  else
+    ch = std::make_unique<hosted_channel>();
   std::vector<std::byte> buf(schedule.max_size(), std::byte{0x5a});  // touched once, reused
   for (const auto& p : schedule.latency) {
-    const double s = timed(*ch, ping_pong, {buf.data(), p.size}, p.iters);
+    const double s = timed(*ch, &p2p_channel::ping_pong, {buf.data(), p.size}, p.iters);
     if (ch->rank() == 0) write_line(out_fd, "latency", p.size, p2p_latency_us(s, p.iters));
   }
   for (const auto& p : schedule.bandwidth) {
-    const double s = timed(*ch, stream, {buf.data(), p.size}, p.iters);
+    const double s = timed(*ch, &p2p_channel::stream, {buf.data(), p.size}, p.iters);
     if (ch->rank() == 0)
       write_line(out_fd, "bandwidth", p.size, p2p_bandwidth_gbs(p.size, p.iters, s));
   }

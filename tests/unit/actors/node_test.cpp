@@ -230,6 +230,74 @@ TEST(node_test, the_rank_actor_runs_on_the_reactor_thread_unless_told_to_run_on_
   }
 }
 
+// An app actor on the node's reactor thread (node::reactor_host), as vessel-bench's hosted rows
+// run one: its requests to the rank actor are served there, in order; without a host there is none.
+using relay_atom = caf::atom_constant<caf::atom("relay")>;
+
+class hosted_app final : public on_reactor_thread<caf::event_based_actor> {
+ public:
+  hosted_app(caf::actor_config& cfg, reactor_execution_unit* unit, rank_actor rank, vessel::node* n)
+      : on_reactor_thread{cfg, unit}, rank_{std::move(rank)}, node_{n} {}
+
+  // (relay_atom, text): sends text to self through the rank actor, receives it back, and answers
+  // with what came and whether every step ran on the reactor thread.
+  caf::behavior make_behavior() override {
+    return {[this](relay_atom, const std::string& text) -> caf::result<std::string, bool> {
+      auto done = make_response_promise<std::string, bool>();
+      auto p = payload::copy_of(node_->pool(), text).value();
+      bool on_reactor = on_loop();
+      request(rank_, caf::infinite, send_atom::value, std::uint32_t{0}, std::uint64_t{9},
+              std::move(p))
+          .then(
+              [=, this](sent_atom) mutable {
+                on_reactor = on_reactor && on_loop();
+                request(rank_, caf::infinite, recv_atom::value, std::uint32_t{0}, std::uint64_t{9},
+                        caf::timespan{std::chrono::seconds{5}})
+                    .then(
+                        [=, this](const envelope& e) mutable {
+                          done.deliver(std::string{e.data.view()}, on_reactor && on_loop());
+                        },
+                        [=](caf::error& e) mutable { done.deliver(std::move(e)); });
+              },
+              [=](caf::error& e) mutable { done.deliver(std::move(e)); });
+      return done;
+    }};
+  }
+
+ private:
+  bool on_loop() const { return node_->reactor().is_reactor_thread(); }
+  rank_actor rank_;
+  vessel::node* node_;
+};
+
+TEST(node_test, an_app_actor_hosted_on_the_reactor_talks_to_the_rank_actor_there) {
+  vessel::node n{small_config()};
+  ASSERT_NE(n.reactor_host(), nullptr);
+  {
+    caf::scoped_actor self{n.system()};
+    auto app = n.system().spawn<hosted_app>(n.reactor_host(), n.rank_actor(), &n);
+    for (int i = 0; i < 20; ++i) {
+      self->request(app, 10s, relay_atom::value, "m" + std::to_string(i))
+          .receive(
+              [&](const std::string& text, bool on_reactor) {
+                EXPECT_EQ(text, "m" + std::to_string(i));
+                EXPECT_TRUE(on_reactor);
+              },
+              [](caf::error& e) { ADD_FAILURE() << describe(e); });
+    }
+    self->monitor(app);
+    self->send_exit(app, caf::exit_reason::kill);
+    self->receive([](const caf::down_msg&) {});
+  }
+  n.stop();
+
+  node_config on_caf = small_config();
+  on_caf.rank_actor_on_reactor = false;
+  vessel::node m{on_caf};
+  EXPECT_EQ(m.reactor_host(), nullptr);
+  m.stop();
+}
+
 TEST(node_test, the_rank_actor_works_under_either_caf_scheduler) {
   for (caf_scheduler policy : {caf_scheduler::sharing, caf_scheduler::stealing}) {
     node_config cfg = small_config();
