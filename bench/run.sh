@@ -19,7 +19,7 @@ for program in "${programs[@]}"; do
 done
 echo "== vessel-bench transport (tcp and shm between 2 processes)"
 "$build/bin/vessel-bench" transport --transport all --csv "$out/transport.csv"
-echo "== vessel-bench p2p (comm and rank actor between 2 rank processes vs Open MPI, tcp and shm)"
+echo "== vessel-bench p2p (comm, rank actor, hosted app actor between 2 rank processes vs Open MPI, tcp and shm)"
 "$build/bin/vessel-bench" p2p --transport all --csv "$out/p2p.csv"
 echo "== vessel-bench model (collective algorithms on the simulated network vs the alpha-beta formula)"
 "$build/bin/vessel-bench" model --transport all --csv "$out/model.csv"
