@@ -10,9 +10,12 @@
 #include <mutex>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
-#include <gtest/gtest.h>
+#include <caf/exit_reason.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/system_messages.hpp>
 
 namespace vessel::actors::testing {
 
@@ -64,5 +67,12 @@ class waitable_log {
   std::condition_variable changed_;
   std::vector<T> items_;
 };
+
+/// Kills `a` and waits until it is down (nothing it holds outlives the test's next step).
+inline void kill_and_wait(caf::scoped_actor& self, const caf::actor& a) {
+  self->monitor(a);
+  self->send_exit(a, caf::exit_reason::kill);
+  self->receive([](const caf::down_msg&) {});
+}
 
 }  // namespace vessel::actors::testing

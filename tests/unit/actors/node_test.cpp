@@ -285,9 +285,7 @@ TEST(node_test, an_app_actor_hosted_on_the_reactor_talks_to_the_rank_actor_there
               },
               [](caf::error& e) { ADD_FAILURE() << describe(e); });
     }
-    self->monitor(app);
-    self->send_exit(app, caf::exit_reason::kill);
-    self->receive([](const caf::down_msg&) {});
+    testing::kill_and_wait(self, app);
   }
   n.stop();
 

@@ -56,13 +56,6 @@ class reactor_hosted_test : public caf_test {
     caf_test::TearDown();
   }
 
-  // Kills `a` and waits until it is gone, so that nothing hosted outlives the unit.
-  void stop(caf::scoped_actor& self, const caf::actor& a) {
-    self->monitor(a);
-    self->send_exit(a, caf::exit_reason::kill);
-    self->receive([](const caf::down_msg&) {});
-  }
-
   io::reactor reactor_;
   std::unique_ptr<reactor_execution_unit> unit_;
 };
@@ -79,7 +72,7 @@ TEST_F(reactor_hosted_test, messages_are_handled_on_the_reactor_thread_in_order)
       EXPECT_TRUE(on_reactor);
     });
   }
-  stop(self, a);
+  testing::kill_and_wait(self, a);
 }
 
 TEST_F(reactor_hosted_test, actors_it_talks_to_stay_on_cafs_workers) {
@@ -89,8 +82,8 @@ TEST_F(reactor_hosted_test, actors_it_talks_to_stay_on_cafs_workers) {
   self->request(a, 5s, forward_atom::value, plain)
       .receive([](int, bool on_reactor) { EXPECT_FALSE(on_reactor); },
                [](caf::error& e) { FAIL() << caf::to_string(e); });
-  stop(self, plain);
-  stop(self, a);
+  testing::kill_and_wait(self, plain);
+  testing::kill_and_wait(self, a);
 }
 
 TEST_F(reactor_hosted_test, a_busy_reactor_holds_its_actors_back_until_it_is_free) {
@@ -107,7 +100,7 @@ TEST_F(reactor_hosted_test, a_busy_reactor_holds_its_actors_back_until_it_is_fre
       EXPECT_EQ(n, 1);
       EXPECT_TRUE(on_reactor);
     });
-  stop(self, a);
+  testing::kill_and_wait(self, a);
 }
 
 TEST_F(reactor_hosted_test, once_the_reactor_stopped_its_actors_run_on_cafs_workers) {
@@ -126,7 +119,7 @@ TEST_F(reactor_hosted_test, once_the_reactor_stopped_its_actors_run_on_cafs_work
             },
             [](caf::error& e) { FAIL() << caf::to_string(e); });
   }
-  stop(self, a);
+  testing::kill_and_wait(self, a);
 }
 
 }  // namespace
