@@ -9,6 +9,8 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -16,6 +18,7 @@
 #include <utility>
 
 #include "actors/trace_recorder.hpp"
+#include "io/cross_memory.hpp"
 #include "io/log.hpp"
 #include "wire/copy_bytes.hpp"
 
@@ -52,15 +55,33 @@ constexpr std::size_t chunk_window = 8;
 /// on. VESSEL_LEND_BYTES overrides it (0: never lend).
 constexpr std::size_t default_lend_threshold = std::size_t{1} << 20;
 
-std::size_t lend_threshold_from(const actors::env_view& env) {
-  const std::optional<std::string> v = env.get("VESSEL_LEND_BYTES");
-  if (!v) return default_lend_threshold;
+/// A blocking send of at least this many bytes to a rank reached by shared memory offers the
+/// caller's memory for the receiver to read in one copy (process_vm_readv) instead of passing
+/// the bytes through the shm ring (two copies, one on each side); VESSEL_PULL_BYTES overrides it
+/// (0: never). docs/io_performance.md, "One copy: the receiver reads the sender's memory".
+constexpr std::size_t default_pull_threshold = std::size_t{256} << 10;
+/// ... and of at most this many: a larger message no longer stays in the caches, and then the
+/// ring's two copies, one on each core at once, beat the receiver's one (2-4 MiB streams: 7.4-8.7
+/// against 9.3-9.7 GB/s).
+constexpr std::size_t max_pull_bytes = std::size_t{1} << 20;
+
+/// How long a pulled send waits for the receiver to take its offer before it sends the bytes the
+/// ordinary way: a receiver that is late must not hold its sender (nor two ranks that both send
+/// first, then receive, each other).
+constexpr std::chrono::milliseconds pull_ready_wait{1};
+
+/// A byte count from `name` (0 turns the feature off: the largest size_t), or `fallback`.
+std::size_t threshold_from(const actors::env_view& env, const char* name, std::size_t fallback,
+                           const char* what_zero_means) {
+  const std::optional<std::string> v = env.get(name);
+  if (!v) return fallback;
   char* end = nullptr;
   errno = 0;
   const unsigned long long n = std::strtoull(v->c_str(), &end, 10);
   if (v->empty() || *end != '\0' || errno != 0 || v->front() == '-') {
-    throw comm_error{actors::comm_errc::not_initialized,
-                     "VESSEL_LEND_BYTES=" + *v + ": not a byte count (0 turns lending off)"};
+    throw comm_error{actors::comm_errc::not_initialized, std::string{name} + "=" + *v +
+                                                             ": not a byte count (0 " +
+                                                             what_zero_means + ")"};
   }
   return n == 0 ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(n);
 }
@@ -69,6 +90,39 @@ std::size_t lend_threshold_from(const actors::env_view& env) {
 /// data and the message's bytes follow as bare chunks, in order, of the size in the offset's low
 /// bits (the sender's chunk_payload(): the receiver's may differ when the ranks' pools do).
 constexpr std::uint64_t lent_layout = std::uint64_t{1} << 63;
+
+// A pulled message (send_pulled, take_offer), in four messages:
+//   sender -> receiver, on the message's tag: the offer (a first chunk, pull_offer_layout, then
+//     a pull_offer: where the bytes are and which process holds them);
+//   receiver -> sender, on pull_control_tag(cookie, pull_ready): it has matched the offer;
+//   sender -> receiver, on the message's tag: go (a bare header, pull_go_layout) if that came
+//     within pull_ready_wait, else the message itself as an ordinary send;
+//   receiver -> sender, on pull_control_tag(cookie, pull_done): pulled, or not (then the sender
+//     sends the message the ordinary way, as after a late "ready").
+// Only the sender decides between go and the ordinary send, so the receiver never reads memory
+// that the sender has stopped offering.
+constexpr std::uint64_t pull_offer_layout = std::uint64_t{1} << 62;
+constexpr std::uint64_t pull_go_layout = lent_layout | pull_offer_layout;
+
+/// Where an offered message lies in its sender (after the offer's chunk header).
+struct pull_offer {
+  std::uint64_t cookie;  ///< names this message's control messages
+  std::uint64_t address;
+  std::uint64_t token_address;
+  std::array<std::uint64_t, 2> token;
+  std::int64_t pid;
+};
+
+enum pull_control : std::uint64_t { pull_ready = 0, pull_done = 1 };
+enum pull_result : std::uint64_t { pulled = 0, not_pulled = 1 };
+
+/// Reserved tags with bit 61 set (comm's collectives number their calls in bits 16..60,
+/// collectives::communicator uses bit 62): cookie and kind.
+constexpr std::uint64_t pull_cookie_mask = (std::uint64_t{1} << 60) - 1;
+constexpr std::uint64_t pull_control_tag(std::uint64_t cookie, pull_control kind) {
+  return actors::reserved_tag_base | (std::uint64_t{1} << 61) | ((cookie & pull_cookie_mask) << 1) |
+         kind;
+}
 
 std::string peer_name(std::uint32_t peer) {
   return peer == actors::any_source ? std::string{"any rank"} : "rank " + std::to_string(peer);
@@ -154,8 +208,17 @@ comm_timeout::comm_timeout(std::uint32_t self, std::uint32_t peer, std::uint64_t
 struct comm::impl {
   // Before rt, so destroyed after it: the runtime's reactor may drop the last handle of a loan.
   io::borrowed_memory lent{2 * chunk_window};
+  // Pulled sends (send_pulled), guarded by pull_mutex (isend's completions run on other threads).
+  std::mutex pull_mutex;
+  std::uint64_t next_pull_cookie = 0;
+  std::vector<bool> pull_refused;  // [rank]: it could not read our memory once; never again
+  // "Ready"s that came too late for their offer (the message went the ordinary way): left
+  // posted, before rt for the same reason as `lent`, so that they do not pile up unexpected.
+  std::vector<std::unique_ptr<p2p_request>> late_ready;
+  vessel::pull_stats pulls;
   std::unique_ptr<actors::runtime> rt;
   std::size_t lend_threshold = default_lend_threshold;  // VESSEL_LEND_BYTES
+  std::size_t pull_threshold = default_pull_threshold;  // VESSEL_PULL_BYTES
   std::uint64_t collective_seq = 0;  // barrier/allreduce calls so far (same order on every rank)
   bool finalized = false;
   actors::trace_recorder* recorder = actors::trace_recorder::global();  // null: no VESSEL_TRACE
@@ -189,6 +252,10 @@ struct comm::impl {
     }
     // Not to ourselves: the loopback hands the sent handle itself to the receive, so the send
     // would wait for a receive that comes after it.
+    if (data.size() >= pull_threshold && data.size() <= max_pull_bytes && may_pull(dst) &&
+        send_pulled(data, dst, tag)) {
+      return;
+    }
     if (data.size() >= lend_threshold && dst != rank()) return send_lent(data, dst, tag);
     const std::size_t step = chunk_payload();
     if (data.size() <= step) {  // one chunk: no window of requests to set up and tear down
@@ -277,6 +344,138 @@ struct comm::impl {
     if (failed) throw_failed(rank(), "send to", dst, tag, failed);
   }
 
+  /// A small message of our own (a pull's control message, or its go): copied, sent, waited for.
+  void send_small(std::uint32_t dst, std::uint64_t tag, std::span<const std::byte> bytes,
+                  std::uint64_t user_tag) {
+    p2p_request r;
+    io::buffer block = rt->acquire_send_block(bytes.size());
+    std::memcpy(block.data(), bytes.data(), bytes.size());
+    p2p_request::make_send(r, dst, tag, std::move(block).slice(0, bytes.size()));
+    rt->submit(r);
+    r.wait();
+    if (r.error) throw_failed(rank(), "send to", dst, user_tag, r.error);
+  }
+
+  bool may_pull(std::uint32_t dst) {
+    if (dst == rank() || !rt->reaches_by_shm(dst)) return false;
+    const std::lock_guard lock{pull_mutex};
+    return dst >= pull_refused.size() || !pull_refused[dst];
+  }
+
+  /// send() by an offer of the caller's memory, which the receiver reads in one copy. True once
+  /// it did; false when the message must go the ordinary way instead (the receiver took the
+  /// offer late, or could not read our memory).
+  bool send_pulled(std::span<const std::byte> data, std::uint32_t dst, std::uint64_t tag) {
+    actors::runtime& r = *rt;
+    std::uint64_t cookie;
+    {
+      const std::lock_guard lock{pull_mutex};
+      std::erase_if(late_ready, [](const auto& late) { return late->done(); });
+      cookie = next_pull_cookie++ & pull_cookie_mask;
+      ++pulls.offered;
+    }
+    // Posted before the offer goes out, on the heap: a late answer still finds it.
+    auto ready = std::make_unique<p2p_request>();
+    p2p_request::make_receive(*ready, dst, pull_control_tag(cookie, pull_ready));
+    r.submit(*ready);
+    const io::process_token_offer self = io::this_process_token();
+    struct {
+      chunk_header h;
+      pull_offer o;
+    } offer{{data.size(), pull_offer_layout},
+            {cookie, reinterpret_cast<std::uintptr_t>(data.data()), self.token_address,
+             self.token.words, self.pid}};
+    send_small(dst, tag, std::as_bytes(std::span{&offer, 1}), tag);
+
+    if (!ready->wait_until(clock::now() + pull_ready_wait)) {
+      const std::lock_guard lock{pull_mutex};
+      late_ready.push_back(std::move(ready));
+      ++pulls.taken_late;
+      return false;
+    }
+    if (ready->error) throw_failed(rank(), "send to", dst, tag, ready->error);
+    ready->payload.reset();
+
+    p2p_request done;
+    p2p_request::make_receive(done, dst, pull_control_tag(cookie, pull_done));
+    r.submit(done);
+    const chunk_header go{data.size(), pull_go_layout};
+    send_small(dst, tag, std::as_bytes(std::span{&go, 1}), tag);
+    done.wait();
+    if (done.error) throw_failed(rank(), "send to", dst, tag, done.error);
+    std::uint64_t result = not_pulled;
+    if (done.length == sizeof result) std::memcpy(&result, done.payload.data(), sizeof result);
+    done.payload.reset();
+    if (result == pulled) {
+      const std::lock_guard lock{pull_mutex};
+      ++pulls.pulled;
+      return true;
+    }
+    logger().warn("rank {}: rank {} could not read this process's memory; messages to it go "
+                  "through the shm ring from now on",
+                  rank(), dst);
+    const std::lock_guard lock{pull_mutex};
+    if (pull_refused.size() < r.size()) pull_refused.resize(r.size());
+    pull_refused[dst] = true;
+    ++pulls.refused;
+    return false;
+  }
+
+  /// The receiving side of send_pulled: `offer` arrived for the receive `st` (a message of
+  /// st.bytes). Says "ready", then pulls on "go" or takes the ordinary send that came instead.
+  recv_status take_offer(const pull_offer& offer, recv_status st,
+                         const std::function<std::span<std::byte>(std::size_t)>& size_known,
+                         const chunk_sink& sink) {
+    const std::span<std::byte> destination = size_known(st.bytes);
+    auto answer = std::make_unique<p2p_request>();
+    p2p_request::make_receive(*answer, st.source, st.tag);  // go, or the message itself
+    rt->submit(*answer);
+    const std::uint64_t zero = 0;
+    send_small(st.source, pull_control_tag(offer.cookie, pull_ready),
+               std::as_bytes(std::span{&zero, 1}), st.tag);
+    answer->wait();
+    if (answer->error) throw_failed(rank(), "receive from", st.source, st.tag, answer->error);
+    chunk_header h{};
+    if (answer->length == header_bytes) std::memcpy(&h, answer->payload.data(), header_bytes);
+    if (answer->length == header_bytes && h.offset == pull_go_layout) {
+      if (h.total != st.bytes) {
+        throw_failed(rank(), "receive from", st.source, st.tag,
+                     actors::comm_errc::message_too_large);
+      }
+      answer->payload.reset();
+      std::error_code ec;
+      if (!destination.empty()) {  // else nowhere to put it: the receive fails, as a push's
+        const io::process_token_offer from{static_cast<pid_t>(offer.pid), offer.token_address,
+                                           io::process_token{offer.token}};
+        ec = io::pull_from_process(from, offer.address, destination);
+      }
+      const std::uint64_t result = ec ? not_pulled : pulled;
+      send_small(st.source, pull_control_tag(offer.cookie, pull_done),
+                 std::as_bytes(std::span{&result, 1}), st.tag);
+      if (!ec) {
+        if (!destination.empty()) {
+          const std::lock_guard lock{pull_mutex};
+          ++pulls.pulls_done;
+        }
+        return st;
+      }
+      logger().warn("rank {}: cannot read rank {}'s memory ({}): it sends through the shm ring "
+                    "instead",
+                    rank(), st.source, ec.message());
+      answer = std::make_unique<p2p_request>();
+      p2p_request::make_receive(*answer, st.source, st.tag);  // the message, the ordinary way
+      rt->submit(*answer);
+      answer->wait();
+      if (answer->error) throw_failed(rank(), "receive from", st.source, st.tag, answer->error);
+    }
+    // The ordinary send of the same message (never another offer: its sender is past offering).
+    recv_status pushed = finish_receive(*answer, size_known, sink, /*offers_allowed=*/false);
+    if (pushed.bytes != st.bytes) {
+      throw_failed(rank(), "receive from", st.source, st.tag, actors::comm_errc::message_too_large);
+    }
+    return pushed;
+  }
+
   /// Waits for the first chunk of a receive already submitted; on timeout cancels it and throws.
   void await_first(p2p_request& first, std::chrono::milliseconds timeout) {
     if (timeout != no_timeout && !first.wait_for(timeout)) {
@@ -307,7 +506,7 @@ struct comm::impl {
   /// first chunk that landed must have been posted with the same destination.
   recv_status finish_receive(p2p_request& first,
                              const std::function<std::span<std::byte>(std::size_t)>& size_known,
-                             const chunk_sink& sink) {
+                             const chunk_sink& sink, bool offers_allowed = true) {
     chunk_header h;
     if (first.length < header_bytes) {
       throw_failed(rank(), "receive from", first.source, first.matched_tag,
@@ -321,6 +520,17 @@ struct comm::impl {
     const std::size_t got = first.length - header_bytes;  // the message's bytes in this chunk
     recv_status st{first.source, first.matched_tag, static_cast<std::size_t>(h.total),
                    first.message_id};
+    if (h.offset == pull_offer_layout) {
+      if (!offers_allowed || got != sizeof(pull_offer)) {
+        throw_failed(rank(), "receive from", st.source, st.tag,
+                     actors::comm_errc::message_too_large);
+      }
+      pull_offer offer;
+      std::memcpy(&offer, first.landed ? first.into.data() : first.payload.data() + header_bytes,
+                  sizeof offer);
+      first.payload.reset();
+      return take_offer(offer, st, size_known, sink);
+    }
     const bool lent_chunks = (h.offset & lent_layout) != 0;
     const std::size_t lent_step = static_cast<std::size_t>(h.offset & ~lent_layout);
     // A first chunk starts the message; a lent one carries nothing but the header.
@@ -448,8 +658,9 @@ struct comm::impl {
 
   std::uint64_t next_collective_tag() {
     // reserved | call number << 16 | round: unique per call, so rounds of consecutive calls
-    // never match each other even when a fast rank runs ahead.
-    return actors::reserved_tag_base | ((++collective_seq & 0x7fff'ffff'ffffull) << 16);
+    // never match each other even when a fast rank runs ahead. Bits 61 and up stay clear
+    // (pull_control_tag, collectives::communicator).
+    return actors::reserved_tag_base | ((++collective_seq & 0x1fff'ffff'ffffull) << 16);
   }
 
   // -- VESSEL_TRACE (actors/trace_recorder.hpp): one event per call and one per round --------
@@ -796,11 +1007,15 @@ comm comm::init() {
 }
 
 comm comm::init(const actors::env_view& env, actors::runtime_options options) {
-  const std::size_t lend_threshold = lend_threshold_from(env);
+  const std::size_t lend_threshold =
+      threshold_from(env, "VESSEL_LEND_BYTES", default_lend_threshold, "turns lending off");
+  const std::size_t pull_threshold =
+      threshold_from(env, "VESSEL_PULL_BYTES", default_pull_threshold, "turns pulling off");
   auto started = actors::runtime::start(env, std::move(options));
   if (!started) throw comm_error{started.error().code, started.error().detail};
   auto p = std::make_unique<impl>();
   p->lend_threshold = lend_threshold;
+  p->pull_threshold = pull_threshold;
   p->rt = std::move(started).value();
   return comm{std::move(p)};
 }
@@ -912,6 +1127,10 @@ actors::peer_link_stats comm::link_stats(std::uint32_t peer) {
 actors::matcher_stats comm::matching_stats() {
   return impl_->live().matching_stats();
 }
+vessel::pull_stats comm::pull_stats() const {
+  const std::lock_guard lock{impl_->pull_mutex};
+  return impl_->pulls;
+}
 actors::runtime& comm::runtime() {
   return impl_->live();
 }
@@ -926,6 +1145,13 @@ void comm::finalize() {
                     actors::trace_recorder::rank_path(recorder->path(), rank()),
                     w.error().message());
     }
+  }
+  {
+    const std::lock_guard lock{impl_->pull_mutex};
+    for (auto& late : impl_->late_ready) {
+      if (!late->done()) impl_->rt->cancel(*late);
+    }
+    impl_->late_ready.clear();
   }
   impl_->finalized = true;
   impl_->rt->shutdown();

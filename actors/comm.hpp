@@ -102,6 +102,16 @@ class comm_request {
   std::unique_ptr<state> state_;
 };
 
+/// What this rank's single-copy sends did (VESSEL_PULL_BYTES): a blocking send of that size to
+/// a rank reached by shared memory offers its buffer, and the receiver reads it in one copy.
+struct pull_stats {
+  std::uint64_t offered = 0;     ///< sends that offered their buffer
+  std::uint64_t pulled = 0;      ///< ... that the receiver read
+  std::uint64_t taken_late = 0;  ///< ... sent the ordinary way: the receiver took the offer late
+  std::uint64_t refused = 0;     ///< ... sent the ordinary way: the receiver could not read it
+  std::uint64_t pulls_done = 0;  ///< receives that read a sender's buffer
+};
+
 /// One rank's communicator over the whole world.
 class comm {
  public:
@@ -149,6 +159,8 @@ class comm {
   actors::peer_link_stats link_stats(std::uint32_t peer);
   /// Matching counters (unexpected queue, backpressure).
   actors::matcher_stats matching_stats();
+  /// Single-copy send counters.
+  vessel::pull_stats pull_stats() const;
   /// The runtime underneath (store, fault injection).
   actors::runtime& runtime();
 

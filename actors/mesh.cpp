@@ -484,6 +484,7 @@ detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::millise
   std::vector<std::string> records(config_.world_size);
   ranks_on_host_ = 1;
   rank_on_host_ = 0;
+  by_shm_.assign(config_.world_size, false);
   for (std::uint32_t p = 0; p < config_.world_size; ++p) {
     if (p == config_.self_rank) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -501,6 +502,7 @@ detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::millise
       ++ranks_on_host_;
       if (p < config_.self_rank) ++rank_on_host_;
     }
+    by_shm_[p] = parsed.value().via == mesh_connection::kind::shm;
     addresses[p] = std::move(parsed.value());
     records[p] = std::move(text);
   }

@@ -268,6 +268,11 @@ class mesh {
   std::uint32_t ranks_on_this_host() const noexcept { return ranks_on_host_; }
   /// And this rank's place among them (0 for the lowest rank on the host).
   std::uint32_t rank_on_this_host() const noexcept { return rank_on_host_; }
+  /// Once connect() has read every peer's record: whether the link to `peer` runs over shared
+  /// memory (a peer on this host whose memory a rank may read: actors' single-copy sends).
+  bool reaches_by_shm(std::uint32_t peer) const noexcept {
+    return peer < by_shm_.size() && by_shm_[peer];
+  }
 
   /// Reactor thread only: the app is done with `bytes` of messages from `src` (any split of
   /// the bytes delivered, e.g. one call per message). Credit goes back to the sender only
@@ -318,6 +323,7 @@ class mesh {
   mesh_config config_;
   std::uint32_t ranks_on_host_ = 1;  // connect() counts them
   std::uint32_t rank_on_host_ = 0;   // and the ones below this rank
+  std::vector<bool> by_shm_;         // [rank]: its record said shm (connect())
   mesh_observer& observer_;
   mesh_stats stats_;
   std::unique_ptr<impl> impl_;

@@ -993,6 +993,10 @@ void runtime::on_backpressure(bool over_bound) {
 
 // -- introspection -------------------------------------------------------------------------------
 
+bool runtime::reaches_by_shm(std::uint32_t peer) const noexcept {
+  return mesh_ && mesh_->reaches_by_shm(peer);
+}
+
 peer_link_stats runtime::link_stats(std::uint32_t peer) {
   return on_reactor([&] { return mesh_->stats(peer); });
 }

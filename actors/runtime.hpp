@@ -251,6 +251,8 @@ class runtime : private mesh_observer, private credit_sink {
   std::size_t max_message_bytes() const noexcept { return max_message_; }
   /// The bytes of every data frame but a message's last.
   std::size_t fragment_bytes() const noexcept { return fragment_bytes_; }
+  /// Whether the link to `peer` runs over shared memory (mesh::reaches_by_shm).
+  bool reaches_by_shm(std::uint32_t peer) const noexcept;
 
   /// Counters of the link to `peer` (runs on the reactor; any thread but the reactor's).
   peer_link_stats link_stats(std::uint32_t peer);

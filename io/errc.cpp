@@ -27,6 +27,9 @@ class io_error_category final : public std::error_category {
       case errc::unsupported_baud: return "baud rate not supported by the serial driver";
       case errc::unsupported_serial_format: return "serial character format not supported";
       case errc::work_request_failed: return "RDMA work request completed with an error";
+      case errc::not_that_process:
+        return "the process read is not the one that offered the memory (pid reused or another "
+               "pid namespace)";
     }
     return "unknown vessel.io error";
   }

@@ -23,6 +23,7 @@ enum class errc {
   unsupported_baud,       ///< the tty driver has no speed constant for the requested baud rate.
   unsupported_serial_format,  ///< data bits, parity or stop bits the tty cannot be set to.
   work_request_failed,    ///< an RDMA work completion carried an error status (the QP is dead).
+  not_that_process,       ///< a read of another process's memory reached some other process.
 };
 
 const std::error_category& io_category() noexcept;

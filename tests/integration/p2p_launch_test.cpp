@@ -92,6 +92,20 @@ TEST_F(p2p_launch, posted_receives_take_messages_in_place_over_tcp_and_shm) {
   }
 }
 
+TEST_F(p2p_launch, shm_receivers_read_large_messages_from_the_senders_memory) {
+  launch_result r = run(2, "shm", {"pull"});
+  expect_all_ok(r);
+  std::printf("%s%s", r.outputs[0].c_str(), r.outputs[1].c_str());
+}
+
+TEST_F(p2p_launch, a_receiver_that_cannot_read_the_senders_memory_gets_its_messages_anyway) {
+  launch_result r = run(2, "shm", {"pull", "refuse"});
+  expect_all_ok(r);
+  EXPECT_NE(r.outputs[0].find("could not read this process's memory"), std::string::npos)
+      << r.outputs[0];
+  EXPECT_NE(r.outputs[1].find("cannot read rank 0's memory"), std::string::npos) << r.outputs[1];
+}
+
 TEST_F(p2p_launch, posted_receives_take_copied_multi_chunk_messages_in_place) {
   // Not lent: every chunk carries its own header.
   launch_result r = run(2, "tcp", {"land"}, 120s, {{"VESSEL_LEND_BYTES", "0"}});

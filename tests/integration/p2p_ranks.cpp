@@ -8,7 +8,13 @@
 //   p2p_ranks backpressure <total MiB> <sleep ms> <max RSS MiB> rank 0 pushes, rank 1 sleeps first
 //   p2p_ranks collectives                                       barrier + allreduce checks
 //   p2p_ranks serve <ms>                                        stay up, then a final exchange
+//   p2p_ranks pull [refuse]                                     single-copy sends, 2 ranks
 
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -464,13 +470,145 @@ int serve(vessel::comm& c, long ms) {
   return 0;
 }
 
+/// A seccomp filter that fails process_vm_readv with EPERM, as a container's may: this process
+/// can no longer read its peers' memory. Before comm::init, so that every thread inherits it.
+void forbid_reading_other_processes() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+  check(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS");
+  check(::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0, "seccomp filter");
+}
+
+/// Single-copy sends between 2 ranks over shm (sizes from VESSEL_PULL_BYTES, 256 KiB, to 1 MiB):
+/// a receiver already waiting reads each message from the sender's memory; one that comes late
+/// (the sender waited 1 ms) gets it the ordinary way; two ranks that both send first, then
+/// receive, do not wait for each other; a buffer too small refuses the message whole. With
+/// `refuse` rank 1 cannot read rank 0's memory (seccomp): rank 0 offers once, then sends
+/// the ordinary way. Every message arrives intact either way.
+int pull(vessel::comm& c, bool refuse) {
+  check(c.size() == 2, "pull needs 2 ranks");
+  const std::uint32_t me = c.rank();
+  const std::uint32_t peer = 1 - me;
+  const std::vector<std::size_t> sizes = {std::size_t{256} << 10, (std::size_t{512} << 10) + 3,
+                                          std::size_t{1} << 20};
+  std::uint64_t seed = 900;
+  auto expect_message = [&](std::span<const std::byte> got, std::size_t size, std::uint64_t s,
+                            const std::string& what) {
+    std::vector<std::byte> want(size);
+    fill(want, s);
+    check(got.size() >= size && std::equal(want.begin(), want.end(), got.begin()), what);
+  };
+  std::vector<std::byte> in(std::size_t{2} << 20);
+
+  // The receiver waits first.
+  for (std::size_t size : sizes) {
+    ++seed;
+    if (me == 0) {
+      std::vector<std::byte> out(size);
+      fill(out, seed);
+      std::this_thread::sleep_for(20ms);  // rank 1 is in recv by then
+      c.send(out, 1, 5);
+    } else {
+      const vessel::recv_status st = c.recv(in, 0, 5, 30s);
+      check(st.bytes == size, "size of a waited-for message");
+      expect_message(in, size, seed, "bytes of a waited-for message of " + std::to_string(size));
+    }
+  }
+  c.barrier();
+
+  // The receiver comes late: each offer waits 1 ms, then the message goes the ordinary way.
+  for (std::size_t size : sizes) {
+    ++seed;
+    if (me == 0) {
+      std::vector<std::byte> out(size);
+      fill(out, seed);
+      c.send(out, 1, 6);
+    } else {
+      std::this_thread::sleep_for(20ms);
+      std::vector<std::byte> got = c.recv(0, 6, 30s);
+      check(got.size() == size, "size of a late message");
+      expect_message(got, size, seed, "bytes of a late message of " + std::to_string(size));
+    }
+  }
+  c.barrier();
+
+  // Both send first, then receive.
+  {
+    ++seed;
+    std::vector<std::byte> out(std::size_t{768} << 10);
+    fill(out, seed * 2 + me);
+    c.send(out, peer, 7);
+    const vessel::recv_status st = c.recv(in, peer, 7, 30s);
+    check(st.bytes == out.size(), "size of a crossed message");
+    expect_message(in, out.size(), seed * 2 + peer, "bytes of a crossed message");
+  }
+  c.barrier();
+
+  // A buffer too small: refused whole, and the next message still arrives.
+  ++seed;
+  if (me == 0) {
+    std::vector<std::byte> out(std::size_t{1} << 20);
+    fill(out, seed);
+    std::this_thread::sleep_for(20ms);
+    c.send(out, 1, 8);
+    std::this_thread::sleep_for(20ms);
+    c.send(std::span{out}.first(std::size_t{300} << 10), 1, 8);
+  } else {
+    bool refused = false;
+    try {
+      c.recv(std::span{in}.first(std::size_t{512} << 10), 0, 8, 30s);
+    } catch (const vessel::comm_error& e) {
+      refused = e.code() == vessel::actors::comm_errc::buffer_too_small;
+    }
+    check(refused, "a pulled message larger than the buffer must be refused");
+    const vessel::recv_status st = c.recv(in, 0, 8, 30s);
+    check(st.bytes == std::size_t{300} << 10, "size of the message after a refused one");
+    expect_message(in, st.bytes, seed, "bytes of the message after a refused one");
+  }
+  c.barrier();
+
+  const vessel::pull_stats p = c.pull_stats();
+  std::printf("OK rank %u pull: offered %llu, pulled %llu, taken late %llu, refused %llu, "
+              "read %llu\n",
+              me, static_cast<unsigned long long>(p.offered),
+              static_cast<unsigned long long>(p.pulled),
+              static_cast<unsigned long long>(p.taken_late),
+              static_cast<unsigned long long>(p.refused),
+              static_cast<unsigned long long>(p.pulls_done));
+  if (refuse) {
+    if (me == 0) {
+      check(p.offered == 1 && p.refused == 1 && p.pulled == 0, "one offer, refused, then none");
+    }
+    check(me == 0 || p.pulls_done == 0, "nothing read by a rank that may not");
+  } else if (me == 0) {
+    // Any offer may come late on a loaded machine (a receiver descheduled for 1 ms); the 3 of
+    // the late phase always do.
+    check(p.pulled >= 1 && p.taken_late >= 3 && p.refused == 0, "offers taken and late ones");
+  } else {
+    check(p.pulls_done >= 1, "messages read from the sender's memory");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: p2p_ranks allpairs|cut|land|timeouts|backpressure|collectives|serve ...");
+  if (argc < 2) die("usage: p2p_ranks allpairs|cut|land|timeouts|backpressure|collectives|serve|pull ...");
   const std::string mode = argv[1];
   auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
   try {
+    const bool refuse_pulls = mode == "pull" && argc > 2 && std::string{argv[2]} == "refuse";
+    if (refuse_pulls && std::getenv("VESSEL_RANK") && std::string{std::getenv("VESSEL_RANK")} == "1") {
+      forbid_reading_other_processes();
+    }
     vessel::comm c = vessel::comm::init();
     std::printf("rank %u of %u up (%s)\n", c.rank(), c.size(), c.runtime().launch().source.c_str());
     std::fflush(stdout);
@@ -493,6 +631,8 @@ int main(int argc, char** argv) {
       rc = bench(c, static_cast<int>(arg(2, 3)));
     } else if (mode == "serve") {
       rc = serve(c, arg(2, 1000));
+    } else if (mode == "pull") {
+      rc = pull(c, refuse_pulls);
     } else {
       die("unknown mode " + mode);
     }

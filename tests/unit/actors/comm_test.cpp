@@ -204,6 +204,29 @@ TEST_F(comm_test, finalize_is_idempotent_and_later_calls_throw) {
 namespace vessel::actors {
 namespace {
 
+TEST(comm_thresholds, byte_counts_that_are_not_numbers_are_refused_naming_the_variable) {
+  for (const char* name : {"VESSEL_PULL_BYTES", "VESSEL_LEND_BYTES"}) {
+    for (const char* value : {"1M", "-1", ""}) {
+      try {
+        comm::init(actors::env_view::from_map({{name, value}}));
+        ADD_FAILURE() << name << "=" << value << " accepted";
+      } catch (const comm_error& e) {
+        EXPECT_NE(std::string{e.what()}.find(std::string{name} + "=" + value + ": not a byte count"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
+TEST_F(comm_test, a_large_message_to_self_is_copied_not_offered) {
+  // Pulls are for other ranks on this host: to itself a rank hands the bytes over locally.
+  std::vector<std::byte> out(std::size_t{512} << 10, std::byte{0x3c});
+  c_.send(out, 0, 4);
+  EXPECT_EQ(c_.recv(0, 4, 5s), out);
+  EXPECT_EQ(c_.pull_stats().offered, 0u);
+}
+
 TEST(runtime_progress_options, vessel_progress_selects_who_drives_and_refuses_anything_else) {
   runtime_options o = runtime_options::defaults();
   EXPECT_TRUE(o.caller_progress) << "caller-driven progress is the default";
