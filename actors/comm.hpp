@@ -131,7 +131,9 @@ class comm {
   std::uint32_t size() const;
 
   /// Sends `data` to `dst` with `tag` (below actors::reserved_tag_base). Returns once the bytes
-  /// are copied and handed to the link; blocks while the link pushes back (bounded memory).
+  /// are copied and handed to the link; blocks while the link pushes back (bounded memory). A
+  /// large message returns once the peer has it: lent to the link (VESSEL_LEND_BYTES) until
+  /// acked, or read by a receiver on this host straight from `data` (VESSEL_PULL_BYTES).
   void send(std::span<const std::byte> data, std::uint32_t dst, std::uint64_t tag);
   /// Receives a message from `src` (or any_source) with `tag` (or any_tag) into `buffer`.
   /// Throws comm_timeout after `timeout`, comm_error(buffer_too_small) when it does not fit (the
