@@ -4,7 +4,6 @@
 
 #include <array>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <thread>
 
@@ -14,6 +13,7 @@
 #include "actors/kv_store_server.hpp"
 #include "actors/node_transport.hpp"
 #include "actors/runtime.hpp"
+#include "actors/store_rendezvous.hpp"
 #include "io/log.hpp"
 #include "io/tcp_socket.hpp"
 
@@ -27,41 +27,6 @@ using clock = std::chrono::steady_clock;
 namespace {
 
 spdlog::logger& logger() { return log::get("actors"); }
-
-detailed_result<actors::endpoint> read_store_file(const std::string& path,
-                                                  clock::time_point deadline) {
-  for (;;) {
-    std::ifstream in{path};
-    std::string line;
-    if (in && std::getline(in, line) && !line.empty()) {
-      return actors::parse_endpoint(line, "store file " + path);
-    }
-    if (clock::now() >= deadline) {
-      return fail(make_error_code(actors::errc::store_unreachable),
-                  "rank 0 did not write the store address into " + path +
-                      " in time (set VESSEL_STORE, or VESSEL_STORE_FILE on a shared directory)");
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-}
-
-detailed_result<void> write_store_file(const std::string& path, const actors::endpoint& e) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out{tmp, std::ios::trunc};
-    out << e.to_string() << "\n";
-    if (!out) {
-      return fail(make_error_code(actors::errc::store_unreachable),
-                  "cannot write the store file " + tmp);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return fail(make_error_code(actors::errc::store_unreachable),
-                "cannot rename " + tmp + " to " + path);
-  }
-  return outcome::success();
-}
 
 }  // namespace
 
@@ -132,50 +97,12 @@ detailed_result<void> launched_node::boot(const actors::env_view& env,
   };
 
   // The store: VESSEL_STORE (or torchrun's MASTER_ADDR/PORT); else a file rank 0 writes.
-  std::optional<actors::endpoint> store_at = launch_.store;
-  std::string file;
-  if (!store_at) {
-    file = actors::store_file_path(env);
-    if (file.empty() && world > 1) {
-      return fail(make_error_code(actors::errc::store_unreachable),
-                  "no rendezvous store: set VESSEL_STORE=host:port (rank 0 serves it), or "
-                  "VESSEL_STORE_FILE=<path on a shared directory>");
-    }
-  }
-  // vessel-run serves the store itself (it outlives every rank, so a restarted rank 0 finds it):
-  // rank 0 is then a client like the others.
-  const auto served = env.get("VESSEL_STORE_SERVED");
-  const bool served_for_us = store_at && served && *served == "1";
-  if (rank == 0 && !served_for_us) {
-    store_server_ = std::make_unique<actors::kv_store_server>(*store_reactor_);
-    io::socket_address bind_at = io::socket_address::loopback_v4(0);
-    if (store_at) {
-      auto addresses = io::resolve(store_at->host, store_at->port);
-      if (!addresses || addresses.value().empty()) {
-        return fail(make_error_code(actors::errc::store_unreachable),
-                    "cannot resolve the store address " + store_at->to_string());
-      }
-      bind_at = addresses.value().front();
-    }
-    if (auto listened = store_server_->listen(bind_at); !listened) {
-      return fail(listened.error(), "rank 0 cannot serve the store at " + bind_at.to_string() +
-                                        ": " + listened.error().message());
-    }
-    if (auto started = store_server_->start(); !started) {
-      return fail(started.error(), "rank 0 cannot start the store: " + started.error().message());
-    }
-    if (!store_at) store_at = actors::endpoint{"127.0.0.1", store_server_->port()};
-    if (!file.empty()) {
-      if (auto written = write_store_file(file, *store_at); !written) return written.error();
-      store_file_ = file;
-      logger().info("rank 0 serves the store at {} (published in {})", store_at->to_string(), file);
-    }
-  } else if (!store_at) {
-    auto read = read_store_file(file, deadline);
-    if (!read) return read.error();
-    store_at = read.value();
-  }
-  auto client = actors::kv_store_client::connect(*store_reactor_, *store_at, left());
+  auto found = actors::find_store(env, *store_reactor_, rank, world, launch_.store, deadline);
+  if (!found) return found.error();
+  store_server_ = std::move(found.value().server);
+  store_file_ = std::move(found.value().published_in);
+  const actors::endpoint store_at = found.value().address;
+  auto client = actors::kv_store_client::connect(*store_reactor_, store_at, left());
   if (!client) return client.error();
   store_client_ = std::move(client).value();
 

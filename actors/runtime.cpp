@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
-#include <fstream>
 #include <future>
 #include <random>
 #include <thread>
@@ -73,39 +72,6 @@ bool futex_wait_until(const std::atomic<std::uint32_t>* word, std::uint32_t expe
 /// Spin this many polls before sleeping: a ping-pong reply takes a few microseconds, a futex
 /// sleep/wake round costs 10-15 (DEPENDENCIES.md section 7). Cheap on an idle core, and bounded.
 constexpr int spin_polls = 2000;
-
-/// Reads "host:port" that rank 0 wrote into `path`, waiting for the file until `deadline`.
-detailed_result<endpoint> read_store_file(const std::string& path, clock::time_point deadline) {
-  for (;;) {
-    std::ifstream in{path};
-    std::string line;
-    if (in && std::getline(in, line) && !line.empty()) {
-      return parse_endpoint(line, "store file " + path);
-    }
-    if (clock::now() >= deadline) {
-      return fail(make_error_code(errc::store_unreachable),
-                  "rank 0 did not write the store address into " + path +
-                      " in time (set VESSEL_STORE, or VESSEL_STORE_FILE on a shared directory)");
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-}
-
-detailed_result<void> write_store_file(const std::string& path, const endpoint& e) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out{tmp, std::ios::trunc};
-    out << e.to_string() << "\n";
-    if (!out) {
-      return fail(make_error_code(errc::store_unreachable), "cannot write the store file " + tmp);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return fail(make_error_code(errc::store_unreachable), "cannot rename " + tmp + " to " + path);
-  }
-  return outcome::success();
-}
 
 }  // namespace
 
@@ -310,16 +276,6 @@ detailed_result<void> runtime_options::apply_env(const env_view& env) {
   return mesh.apply_env(env);
 }
 
-std::string store_file_path(const env_view& env) {
-  if (auto f = env.get("VESSEL_STORE_FILE"); f && !f->empty()) return *f;
-  if (auto job = env.get("OMPI_MCA_ess_base_jobid"); job && !job->empty()) {
-    std::string dir = "/tmp";
-    if (auto t = env.get("TMPDIR"); t && !t->empty()) dir = *t;
-    return dir + "/vessel-store-" + *job;
-  }
-  return {};
-}
-
 // -- start-up ------------------------------------------------------------------------------------
 
 runtime::runtime(runtime_options options) : options_{std::move(options)} {}
@@ -363,54 +319,16 @@ detailed_result<void> runtime::boot(const env_view& env) {
 
   // The store: VESSEL_STORE (or torchrun's MASTER_ADDR/PORT); else a file rank 0 writes.
   const auto deadline = clock::now() + options_.connect_timeout;
-  std::optional<endpoint> store_at = launch_.store;
-  std::string file;
-  if (!store_at) {
-    file = store_file_path(env);
-    if (file.empty() && world_ > 1) {
-      return fail(make_error_code(errc::store_unreachable),
-                  "no rendezvous store: set VESSEL_STORE=host:port (rank 0 serves it), or "
-                  "VESSEL_STORE_FILE=<path on a shared directory>");
-    }
-  }
-  // vessel-run serves the store itself (it outlives every rank, so a restarted rank 0 finds it):
-  // rank 0 is then a client like the others.
-  const auto served = env.get("VESSEL_STORE_SERVED");
-  const bool served_for_us = store_at && served && *served == "1";
-  if (rank_ == 0 && !served_for_us) {
-    store_server_ = std::make_unique<kv_store_server>(*reactor_);
-    io::socket_address bind_at = io::socket_address::loopback_v4(0);
-    if (store_at) {
-      auto addresses = io::resolve(store_at->host, store_at->port);
-      if (!addresses || addresses.value().empty()) {
-        return fail(make_error_code(errc::store_unreachable),
-                    "cannot resolve the store address " + store_at->to_string());
-      }
-      bind_at = addresses.value().front();
-    }
-    if (auto listened = store_server_->listen(bind_at); !listened) {
-      return fail(listened.error(), "rank 0 cannot serve the store at " + bind_at.to_string() +
-                                        ": " + listened.error().message());
-    }
-    if (auto started = store_server_->start(); !started) {
-      return fail(started.error(), "rank 0 cannot start the store: " + started.error().message());
-    }
-    if (!store_at) store_at = endpoint{"127.0.0.1", store_server_->port()};
-    if (!file.empty()) {
-      if (auto written = write_store_file(file, *store_at); !written) return written.error();
-      store_file_ = file;
-      logger().info("rank 0 serves the store at {} (published in {})", store_at->to_string(), file);
-    }
-  } else if (!store_at) {
-    auto read = read_store_file(file, deadline);
-    if (!read) return read.error();
-    store_at = read.value();
-  }
+  auto found = find_store(env, *reactor_, rank_, world_, launch_.store, deadline);
+  if (!found) return found.error();
+  store_server_ = std::move(found.value().server);
+  store_file_ = std::move(found.value().published_in);
+  const endpoint store_at = found.value().address;
   const auto left = [&] {
     return std::max(1ms,
                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()));
   };
-  auto client = kv_store_client::connect(*reactor_, *store_at, left());
+  auto client = kv_store_client::connect(*reactor_, store_at, left());
   if (!client) return client.error();
   store_client_ = std::move(client).value();
 

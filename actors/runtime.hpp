@@ -37,6 +37,7 @@
 #include "actors/env.hpp"
 #include "actors/mesh.hpp"
 #include "actors/message_matcher.hpp"
+#include "actors/store_rendezvous.hpp"
 #include "io/buffer_pool.hpp"
 #include "io/reactor.hpp"
 
@@ -204,12 +205,6 @@ struct runtime_options {
   detailed_result<void> apply_env(const env_view& env);
 };
 
-/// Where a rank finds the store when VESSEL_STORE is unset but a launcher started several ranks
-/// (mpirun sets no address): rank 0 serves the store on an ephemeral port and writes "host:port"
-/// into this file (atomically: a rename), the others read it. VESSEL_STORE_FILE names the file;
-/// without it, under Open MPI, ${TMPDIR:-/tmp}/vessel-store-<OMPI_MCA_ess_base_jobid>, unique per
-/// mpirun. Empty when neither applies.
-std::string store_file_path(const env_view& env);
 
 /// One rank. Created by start(); not movable (the reactor holds pointers into it).
 class runtime : private mesh_observer, private credit_sink {
