@@ -5,7 +5,6 @@
 #include <array>
 #include <cstdio>
 #include <random>
-#include <thread>
 
 #include "actors/auth.hpp"
 #include "actors/errc.hpp"
