@@ -31,7 +31,7 @@ void draw(process_token& t) noexcept {
     if (n > 0) {
       got += static_cast<std::size_t>(n);
     } else if (n < 0 && errno != EINTR) {
-      // No entropy source: the pid and the clock still tell processes apart on one host.
+      // No entropy source: the pid and an address still tell processes apart on one host.
       t.words[0] ^= static_cast<std::uint64_t>(::getpid());
       t.words[1] ^= static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&t));
       return;
