@@ -250,12 +250,12 @@ struct comm::impl {
     if (dst >= r.size()) {
       throw_failed(rank(), "send to", dst, tag, actors::comm_errc::source_out_of_range);
     }
-    // Not to ourselves: the loopback hands the sent handle itself to the receive, so the send
-    // would wait for a receive that comes after it.
     if (data.size() >= pull_threshold && data.size() <= max_pull_bytes && may_pull(dst) &&
         send_pulled(data, dst, tag)) {
       return;
     }
+    // Not to ourselves: the loopback hands the sent handle itself to the receive, so the send
+    // would wait for a receive that comes after it.
     if (data.size() >= lend_threshold && dst != rank()) return send_lent(data, dst, tag);
     const std::size_t step = chunk_payload();
     if (data.size() <= step) {  // one chunk: no window of requests to set up and tear down

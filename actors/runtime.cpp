@@ -19,6 +19,7 @@
 #include "actors/errc.hpp"
 #include "actors/kv_store_client.hpp"
 #include "actors/kv_store_server.hpp"
+#include "actors/store_rendezvous.hpp"
 #include "io/log.hpp"
 #include "io/tcp_socket.hpp"
 

@@ -37,7 +37,6 @@
 #include "actors/env.hpp"
 #include "actors/mesh.hpp"
 #include "actors/message_matcher.hpp"
-#include "actors/store_rendezvous.hpp"
 #include "io/buffer_pool.hpp"
 #include "io/reactor.hpp"
 

@@ -47,7 +47,7 @@ outcome vessel_run(int ranks, const std::string& example, const std::string& arg
 
 outcome mpirun(int ranks, const std::string& example, const std::string& args) {
   // Under mpirun the ranks need a token from outside; the store address comes from the file
-  // Open MPI's job id names (actors/runtime.hpp, store_file_path).
+  // Open MPI's job id names (actors/store_rendezvous.hpp, store_file_path).
   return shell(std::string{"timeout 400 "} + clean_env +
                "VESSEL_TOKEN=vessel-examples-test-token-0123456789 mpirun -n " +
                std::to_string(ranks) + " --oversubscribe --allow-run-as-root --mca btl self,tcp " +

@@ -1,6 +1,6 @@
 // Under Open MPI's launcher: `mpirun -n 4 --oversubscribe --allow-run-as-root p2p_ranks ...`
 // bootstraps every rank from OMPI_COMM_WORLD_* and finds rank 0's store through the file named by
-// OMPI_MCA_ess_base_jobid (actors/runtime.hpp, store_file_path), with no VESSEL_STORE set.
+// OMPI_MCA_ess_base_jobid (actors/store_rendezvous.hpp, store_file_path), with no VESSEL_STORE set.
 
 #include <string>
 
