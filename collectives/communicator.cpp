@@ -1,9 +1,11 @@
 #include "collectives/communicator.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -15,10 +17,12 @@
 #include "actors/message_matcher.hpp"
 #include "actors/runtime.hpp"
 #include "collectives/algorithms/factory.hpp"
+#include "collectives/chunk_offer.hpp"
 #include "collectives/errc.hpp"
 #include "collectives/reduce.hpp"
 #include "collectives/sim/driver.hpp"
 #include "collectives/trace_recorder.hpp"
+#include "io/cross_memory.hpp"
 #include "io/log.hpp"
 #include "wire/copy_bytes.hpp"
 
@@ -32,6 +36,13 @@ spdlog::logger& logger() {
 constexpr std::size_t header_bytes = 8;  // step, chunk: two little-endian u32
 constexpr std::size_t default_chunk_bytes = std::size_t{1} << 20;
 constexpr std::uint32_t not_a_member = ~std::uint32_t{0};
+
+/// Chunks of a collective whose chunks are this large go to a same-host peer as offers
+/// (chunk_offer.hpp); VESSEL_PULL_BYTES overrides it, as it does vessel::comm's (0: never).
+constexpr std::size_t default_pull_bytes = std::size_t{256} << 10;
+/// How long a failed call waits for the answers to its open offers: a live peer answers within
+/// microseconds of matching one, and a peer that gave up the call never answers.
+constexpr std::chrono::milliseconds offer_answer_grace{100};
 
 void put_u32(std::byte* p, std::uint32_t v) noexcept {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
@@ -88,6 +99,21 @@ std::chrono::milliseconds rejoin_wait() {
   return std::chrono::milliseconds{ms > 0 ? ms : 60000};
 }
 
+/// VESSEL_PULL_BYTES (vessel::comm reads it too), or default_pull_bytes; 0 turns offers off.
+result<std::size_t> pull_bytes_from_env(std::uint32_t rank) {
+  const char* v = std::getenv("VESSEL_PULL_BYTES");
+  if (v == nullptr) return default_pull_bytes;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (*v == '\0' || *v == '-' || *end != '\0' || errno != 0) {
+    logger().error("rank {}: VESSEL_PULL_BYTES={}: not a byte count (0 turns pulling off)", rank,
+                   v);
+    return errc::invalid_argument;
+  }
+  return static_cast<std::size_t>(n);
+}
+
 std::string rank_list(const std::vector<std::uint32_t>& ranks) {
   std::string s;
   for (std::uint32_t r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
@@ -141,6 +167,20 @@ struct collective_state {
   std::size_t loan_slots = 0;
   std::size_t loan_head = 0;
   std::size_t loans_out = 0;  // (declared before the requests, which may hold its handles)
+  // Chunks offered to same-host peers to read from where they lie (chunk_offer.hpp). Like a
+  // loan, an offered chunk is held until its offer is answered; a refused one goes again.
+  struct offered_chunk {
+    std::uint32_t peer = 0;  // world rank
+    send_step step;
+    std::span<const std::byte> bytes;
+    bool answered = false;
+    bool resent = false;
+  };
+  bool pull = false;  // this call's chunks are large enough to offer
+  std::vector<offered_chunk> offers;
+  std::size_t offers_first_open = 0;  // every offer before it is answered
+  std::size_t offers_open = 0;
+  std::vector<std::byte> pull_bounce;  // an offered chunk read here, then reduced into place
   std::unique_ptr<actors::p2p_request[]> receives;  // a ring, posted oldest first from head
   std::size_t receive_capacity = 0;                 // of the array, kept across reuse
   std::size_t receive_slots = 0;
@@ -178,6 +218,8 @@ struct collective_state {
     lent.reset();
     loans.reset();
     loan_slots = loan_head = loans_out = 0;
+    pull = false;
+    drop_offers();
     receive_slots = receive_head = receives_posted = 0;
     send_slots = send_head = sends_out = 0;
     timeout = {};
@@ -185,6 +227,10 @@ struct collective_state {
     error.clear();
     detail.clear();
     finished = false;
+  }
+  void drop_offers() noexcept {
+    offers.clear();
+    offers_first_open = offers_open = 0;
   }
   /// Request rings of at least `receive_n` and `send_n` slots, each signalling the runtime's
   /// events word (collective_engine::wait_for sleeps on it).
@@ -208,6 +254,7 @@ struct collective_state {
   void release_large_buffers() noexcept {
     if (scratch.capacity() > kept_capacity_bytes) std::vector<std::byte>{}.swap(scratch);
     if (kept_input.capacity() > kept_capacity_bytes) std::vector<std::byte>{}.swap(kept_input);
+    if (pull_bounce.capacity() > kept_capacity_bytes) std::vector<std::byte>{}.swap(pull_bounce);
   }
 
   void touch() {
@@ -242,7 +289,16 @@ struct collective_engine {
   std::array<std::shared_ptr<collective_state>, 4> recent;
   std::size_t recent_next = 0;
 
-  explicit collective_engine(actors::runtime& r) : rt(&r) {}
+  // Offers (chunk_offer.hpp). A peer that could not read our memory once is offered nothing
+  // more, and once we could not read a peer's, we refuse its offers from then on: its refused
+  // chunks come again in their order, and no later offer may overtake them.
+  std::size_t pull_threshold = std::numeric_limits<std::size_t>::max();
+  std::vector<bool> offers_refused_by;     // per world rank
+  std::vector<bool> refusing_offers_from;  // per world rank
+  chunk_pull_stats pulls;
+
+  explicit collective_engine(actors::runtime& r)
+      : rt(&r), offers_refused_by(r.size()), refusing_offers_from(r.size()) {}
   /// The family's last communicator is gone: its rank's trace file gets what it ran.
   ~collective_engine();
 
@@ -256,6 +312,23 @@ struct collective_engine {
   result<void> wait_for(collective_state& s);
   void post_receive(collective_state& s, std::size_t slot);
   void send_chunk(collective_state& s, const send_step& step, std::span<const std::byte> bytes);
+  /// The next slot of the sends ring (waiting for the oldest hand-over when all are out), or
+  /// null with `s` failed.
+  actors::p2p_request* claim_send(collective_state& s);
+  /// A small message of the engine's own (an offer, an answer) to world rank `peer`.
+  void send_control(collective_state& s, std::uint32_t peer, std::uint32_t step,
+                    std::uint32_t chunk, std::span<const std::byte> body);
+  void offer_chunk(collective_state& s, const send_step& step, std::uint32_t peer,
+                   std::span<const std::byte> bytes);
+  /// Pulls an offered chunk into its place and answers; the chunk, or nothing if refused.
+  std::optional<received_chunk> take_offer(collective_state& s, std::uint32_t source,
+                                           std::uint32_t from, std::uint32_t step,
+                                           std::uint32_t chunk, std::span<const std::byte> body);
+  void on_answer(collective_state& s, std::uint32_t source, std::uint32_t step,
+                 std::uint32_t chunk, std::span<const std::byte> body);
+  /// A failed or abandoned call with offers open: waits (offer_answer_grace) for the answers of
+  /// peers still up, so that nobody reads the bytes once they are the caller's again.
+  void settle_offers(collective_state& s);
   /// Lends `bytes` to the link (waiting for the oldest loan back if every slot is out).
   io::buffer lend(collective_state& s, std::span<const std::byte> bytes);
   /// Waits until the link holds nothing of the oldest loan (the peer acked it, or the link
@@ -354,6 +427,7 @@ actors::p2p_request::location locate_chunk(const void* ctx, std::uint32_t source
   if (from == not_a_member) return {};
   const std::uint32_t step = get_u32(head.data());
   const std::uint32_t chunk = get_u32(head.data() + 4);
+  if ((step & ~chunk_step_mask) != 0) return {};  // an offer or an answer: small, into a block
   if (std::span<std::byte> place = s.algo->landing(from, step, chunk); !place.empty()) {
     return {place, {}};
   }
@@ -373,17 +447,34 @@ void collective_engine::post_receive(collective_state& s, std::size_t slot) {
   rt->submit(r);
 }
 
-void collective_engine::send_chunk(collective_state& s, const send_step& step,
-                                   std::span<const std::byte> bytes) {
-  if (s.error) return;
+actors::p2p_request* collective_engine::claim_send(collective_state& s) {
   if (s.sends_out == s.send_slots) {  // backpressure: wait for the oldest send's hand-over
     actors::p2p_request& oldest = s.sends[s.send_head];
     oldest.wait();
-    if (oldest.error) return fail_transport(s, "send to rank " + std::to_string(oldest.peer));
+    if (oldest.error) {
+      fail_transport(s, "send to rank " + std::to_string(oldest.peer));
+      return nullptr;
+    }
     retire_oldest_send(s);
   }
-  if (step.peer >= s.group->size()) return fail(s, make_error_code(errc::invalid_argument));
+  return &s.sends[(s.send_head + s.sends_out) % s.send_slots];
+}
+
+void collective_engine::send_chunk(collective_state& s, const send_step& step,
+                                   std::span<const std::byte> bytes) {
+  if (s.error) return;
+  if (step.peer >= s.group->size() || (step.step & ~chunk_step_mask) != 0) {
+    return fail(s, make_error_code(errc::invalid_argument));
+  }
   const std::uint32_t peer = s.group->members[step.peer];
+  // A chunk that stays put until the peer has it, to a peer on this host: the peer reads it
+  // from here, one copy instead of two through the shared-memory ring.
+  if (s.pull && step.lendable && peer != rt->rank() && !offers_refused_by[peer] &&
+      rt->reaches_by_shm(peer)) {
+    return offer_chunk(s, step, peer, bytes);
+  }
+  actors::p2p_request* r = claim_send(s);
+  if (r == nullptr) return;
   // A chunk of a fragment or more that stays put until the peer has it: copy only its header
   // and lend the bytes (the fragment the two share goes out in two parts), saving a pass over
   // them. Smaller chunks are copied: the link acks them late (its delayed ack), and a lent
@@ -396,19 +487,172 @@ void collective_engine::send_chunk(collective_state& s, const send_step& step,
   put_u32(block.data(), step.step);
   put_u32(block.data() + 4, step.chunk);
   if (copied != 0) wire::copy_bytes(block.data() + header_bytes, bytes.data(), copied);
-  actors::p2p_request& r = s.sends[(s.send_head + s.sends_out) % s.send_slots];
   if (split) {
     io::buffer rest = lend(s, bytes.subspan(copied));
-    actors::p2p_request::make_split_send(r, peer, s.tag,
+    actors::p2p_request::make_split_send(*r, peer, s.tag,
                                          std::move(block).slice(0, header_bytes + copied),
                                          std::move(rest).slice(0, bytes.size() - copied));
   } else {
-    actors::p2p_request::make_send(r, peer, s.tag,
+    actors::p2p_request::make_send(*r, peer, s.tag,
                                    std::move(block).slice(0, header_bytes + copied));
   }
   ++s.sends_out;
-  rt->submit(r);
+  rt->submit(*r);
   if (s.trace) s.trace->sent(step.step, step.peer, bytes.size(), trace_now());
+}
+
+void collective_engine::send_control(collective_state& s, std::uint32_t peer, std::uint32_t step,
+                                     std::uint32_t chunk, std::span<const std::byte> body) {
+  actors::p2p_request* r = claim_send(s);
+  if (r == nullptr) return;
+  io::buffer block = rt->acquire_send_block(header_bytes + body.size());
+  if (!block) return fail(s, make_error_code(errc::invalid_argument));
+  put_u32(block.data(), step);
+  put_u32(block.data() + 4, chunk);
+  std::memcpy(block.data() + header_bytes, body.data(), body.size());
+  actors::p2p_request::make_send(*r, peer, s.tag,
+                                 std::move(block).slice(0, header_bytes + body.size()));
+  ++s.sends_out;
+  rt->submit(*r);
+}
+
+void collective_engine::offer_chunk(collective_state& s, const send_step& step,
+                                    std::uint32_t peer, std::span<const std::byte> bytes) {
+  std::array<std::byte, sizeof(chunk_offer)> body;
+  put_plain(body.data(), chunk_offer::of(bytes, io::this_process_token()));
+  s.offers.push_back({peer, step, bytes});
+  ++s.offers_open;
+  ++pulls.offered;
+  send_control(s, peer, step.step | chunk_offer_bit, step.chunk, body);
+  if (s.trace) s.trace->sent(step.step, step.peer, bytes.size(), trace_now());
+}
+
+std::optional<received_chunk> collective_engine::take_offer(collective_state& s,
+                                                            std::uint32_t source,
+                                                            std::uint32_t from, std::uint32_t step,
+                                                            std::uint32_t chunk,
+                                                            std::span<const std::byte> body) {
+  if (body.size() != sizeof(chunk_offer)) {
+    fail(s, make_error_code(errc::protocol_violation),
+         s.name() + ": malformed chunk offer from world rank " + std::to_string(source));
+    return std::nullopt;
+  }
+  const chunk_offer offer = get_plain<chunk_offer>(body.data());
+  std::error_code ec = make_error_code(std::errc::operation_not_permitted);  // refused before
+  received_chunk arrived;
+  if (!refusing_offers_from[source]) {
+    // Where the ordinary chunk would have landed (locate_chunk), else a block of the pool.
+    const std::span<std::byte> place = s.algo->landing(from, step, chunk);
+    const reduce_landing fold = place.empty() && s.reduce_on_landing
+                                    ? s.algo->reducing_landing(from, step, chunk)
+                                    : reduce_landing{};
+    if (!place.empty() && place.size() == offer.bytes) {
+      ec = io::pull_from_process(offer.holder(), offer.address, place);
+      arrived.landed = place;
+    } else if (!fold.empty() && fold.place.size() == offer.bytes &&
+               fold.operand.size() == offer.bytes) {
+      // Read next to the cache it is reduced from; as many bytes move as through the ring.
+      s.pull_bounce.resize(offer.bytes);
+      ec = io::pull_from_process(offer.holder(), offer.address, s.pull_bounce);
+      if (!ec) (void)reduce_to(fold.place, fold.operand, s.pull_bounce, s.params.type, s.params.op);
+      arrived.landed = fold.place;
+    } else {
+      if (offer.bytes > rt->max_message_bytes() - header_bytes) {
+        fail(s, make_error_code(errc::protocol_violation),
+             s.name() + ": chunk offer of " + std::to_string(offer.bytes) +
+                 " B from world rank " + std::to_string(source) + " exceeds the largest message");
+        return std::nullopt;
+      }
+      io::buffer block = rt->acquire_send_block(header_bytes + offer.bytes);
+      if (!block) {
+        fail(s, make_error_code(errc::invalid_argument));
+        return std::nullopt;
+      }
+      ec = io::pull_from_process(offer.holder(), offer.address,
+                                 {block.data() + header_bytes, offer.bytes});
+      arrived.slice = std::move(block).slice(0, header_bytes + offer.bytes);
+    }
+    if (ec) {
+      refusing_offers_from[source] = true;
+      logger().warn(
+          "rank {}: cannot read world rank {}'s memory ({}): its chunks come through the "
+          "transport from now on",
+          rt->rank(), source, ec.message());
+    }
+  }
+  std::array<std::byte, sizeof(chunk_answer)> answer;
+  put_plain(answer.data(), ec ? chunk_answer::refused : chunk_answer::pulled);
+  send_control(s, source, step | chunk_answer_bit, chunk, answer);
+  if (ec) {
+    ++pulls.refused;
+    return std::nullopt;
+  }
+  ++pulls.pulled;
+  return arrived;
+}
+
+void collective_engine::on_answer(collective_state& s, std::uint32_t source, std::uint32_t step,
+                                  std::uint32_t chunk, std::span<const std::byte> body) {
+  // A peer answers its offers from us in their order (it takes them as they come).
+  std::size_t i = s.offers_first_open;
+  while (i < s.offers.size() && (s.offers[i].answered || s.offers[i].peer != source)) ++i;
+  if (body.size() != sizeof(chunk_answer) || i == s.offers.size() ||
+      s.offers[i].step.step != step || s.offers[i].step.chunk != chunk) {
+    return fail(s, make_error_code(errc::protocol_violation),
+                s.name() + ": world rank " + std::to_string(source) +
+                    " answered an offer it was not made (step " + std::to_string(step) +
+                    ", chunk " + std::to_string(chunk) + ")");
+  }
+  s.offers[i].answered = true;
+  --s.offers_open;
+  while (s.offers_first_open < s.offers.size() && s.offers[s.offers_first_open].answered) {
+    ++s.offers_first_open;
+  }
+  if (get_plain<chunk_answer>(body.data()) != chunk_answer::refused || s.offers[i].resent) return;
+  if (!offers_refused_by[source]) {
+    offers_refused_by[source] = true;
+    logger().warn(
+        "rank {}: world rank {} cannot read this process's memory: chunks to it go through the "
+        "transport from now on",
+        rt->rank(), source);
+  }
+  // The peer refuses every later offer of ours too: all of them go again, in their order,
+  // before anything new.
+  for (std::size_t j = i; j < s.offers.size() && !s.error; ++j) {
+    if (s.offers[j].peer != source || s.offers[j].resent) continue;
+    s.offers[j].resent = true;
+    const send_step again = s.offers[j].step;
+    const std::span<const std::byte> bytes = s.offers[j].bytes;
+    send_chunk(s, again, bytes);
+  }
+}
+
+void collective_engine::settle_offers(collective_state& s) {
+  const auto until = std::chrono::steady_clock::now() + offer_answer_grace;
+  actors::p2p_request r;
+  for (std::size_t i = s.offers_first_open; i < s.offers.size(); ++i) {
+    const std::uint32_t peer = s.offers[i].peer;
+    while (!s.offers[i].answered && rt->peer_status(peer) == actors::peer_state::up &&
+           std::chrono::steady_clock::now() < until) {
+      actors::p2p_request::make_receive(r, peer, s.tag);
+      rt->submit(r);
+      if (!r.wait_until(until)) rt->cancel(r);
+      if (r.error) break;
+      // Answers mark their offers; chunks and offers to this failed call are dropped.
+      const std::span<const std::byte> got{r.payload.data(), r.payload.size()};
+      if (got.size() == header_bytes + sizeof(chunk_answer) &&
+          (get_u32(got.data()) & chunk_answer_bit) != 0) {
+        for (std::size_t j = i; j < s.offers.size(); ++j) {
+          if (s.offers[j].peer == peer && !s.offers[j].answered) {
+            s.offers[j].answered = true;
+            break;
+          }
+        }
+      }
+      r.payload.reset();
+    }
+  }
+  s.drop_offers();
 }
 
 io::buffer collective_engine::lend(collective_state& s, std::span<const std::byte> bytes) {
@@ -505,17 +749,39 @@ bool collective_engine::advance(collective_state& s) {
       break;
     }
     const std::byte* header = r.landed ? r.head.data() : r.payload.data();
-    const std::uint32_t step = get_u32(header);
+    std::uint32_t step = get_u32(header);
     const std::uint32_t chunk = get_u32(header + 4);
-    if (s.trace) s.trace->received(step, from, length - header_bytes, trace_now());
-    received_chunk arrived{std::move(r.payload), {}};
-    if (r.landed) arrived.landed = std::span<const std::byte>{r.into.data(), length - header_bytes};
+    // Answers are still due after the driver is done, while offers of ours are open.
+    auto repost = [&] {
+      if (!s.error && (!s.driver->done() || s.offers_open > 0)) post_receive(s, slot);
+    };
+    received_chunk arrived;
+    if ((step & ~chunk_step_mask) != 0) {  // never landed: locate_chunk leaves these in blocks
+      const std::span<const std::byte> body{header + header_bytes, length - header_bytes};
+      std::optional<received_chunk> pulled;
+      if ((step & chunk_answer_bit) != 0) {
+        on_answer(s, r.source, step & chunk_step_mask, chunk, body);
+      } else {
+        step &= chunk_step_mask;
+        pulled = take_offer(s, r.source, from, step, chunk, body);
+      }
+      r.payload.reset();
+      if (!pulled) {
+        repost();
+        continue;
+      }
+      arrived = std::move(*pulled);
+    } else {
+      arrived.slice = std::move(r.payload);
+      if (r.landed) arrived.landed = std::span<const std::byte>{r.into.data(), length - header_bytes};
+    }
+    if (s.trace) s.trace->received(step, from, arrived.size(), trace_now());
     auto delivered = s.driver->deliver(from, step, chunk, std::move(arrived), emit);
     if (!delivered) {
       fail(s, delivered.error());
       break;
     }
-    if (!s.error && !s.driver->done()) post_receive(s, slot);
+    repost();
   }
   while (s.sends_out > 0 && s.sends[s.send_head].done()) {
     actors::p2p_request& r = s.sends[s.send_head];
@@ -523,8 +789,12 @@ bool collective_engine::advance(collective_state& s) {
     retire_oldest_send(s);
     moved = true;
   }
+  if (!s.error && s.offers_open > 0 && s.receives_posted == 0) {
+    // A driver done before anything came (a broadcast's root) still takes its answers.
+    post_receive(s, s.receive_head);
+  }
   if (moved) s.touch();
-  if (s.error || (s.driver->done() && s.sends_out == 0)) finish(s);
+  if (s.error || (s.driver->done() && s.sends_out == 0 && s.offers_open == 0)) finish(s);
   return moved || s.finished;
 }
 
@@ -537,6 +807,7 @@ void collective_engine::finish(collective_state& s) {
     if (!r.error && !s.error) fail(s, make_error_code(errc::protocol_violation));
     retire_oldest_receive(s);
   }
+  if (s.offers_open > 0) settle_offers(s);  // failed: a done driver waited for every answer
   while (s.sends_out > 0) {  // their memory must outlive the reactor's use of them
     s.sends[s.send_head].wait();
     retire_oldest_send(s);
@@ -669,7 +940,10 @@ result<void> collective_engine::wait_for(collective_state& s) {
       std::string detail = a.name() + ": no progress for " + std::to_string(a.timeout.count()) +
                            " ms: round " + std::to_string(round) + ", waiting for rank(s) " +
                            rank_list(peers) + ", " + std::to_string(a.driver->kept_count()) +
-                           " chunk(s) kept" + links;
+                           " chunk(s) kept" + links +
+                           (a.offers_open > 0 ? ", " + std::to_string(a.offers_open) +
+                                                    " offered chunk(s) not yet taken"
+                                              : std::string{});
       logger().error("rank {}: {}", rt->rank(), detail);
       fail(a, make_error_code(errc::timed_out), std::move(detail));
       finish(a);
@@ -735,6 +1009,7 @@ void collective_engine::abandon(collective_state& s) {
     retire_oldest_send(s);
   }
   while (s.loans_out > 0) settle_oldest_loan(s);  // the retry rewrites what they lent
+  settle_offers(s);                                // ... and what it offered
   s.receive_head = s.send_head = s.loan_head = 0;
   s.driver.reset();
   s.algo.reset();
@@ -855,6 +1130,14 @@ result<std::unique_ptr<communicator>> communicator::create(actors::runtime& rt,
       new communicator(std::make_shared<collective_engine>(rt), std::move(group), options)};
   VESSEL_TRY(c->selector_.apply_env(process_env()));
   collective_engine& e = *c->engine_;
+  if (options.pull_bytes) {
+    e.pull_threshold = *options.pull_bytes;
+  } else {
+    auto from_env = pull_bytes_from_env(rt.rank());
+    if (!from_env) return from_env.error();
+    e.pull_threshold = from_env.value();
+  }
+  if (e.pull_threshold == 0) e.pull_threshold = std::numeric_limits<std::size_t>::max();
   e.retry_on_restart = options.retry_on_restart.value_or(restarts_allowed());
   if (!e.retry_on_restart) return c;
   e.world_comm = c.get();
@@ -895,6 +1178,10 @@ result<std::unique_ptr<communicator>> communicator::create(actors::runtime& rt,
   }
   e.epoch = e.epoch_base + seen;
   return c;
+}
+
+chunk_pull_stats communicator::pull_stats() const noexcept {
+  return engine_->pulls;
 }
 
 std::uint32_t communicator::rank() const noexcept {
@@ -1071,6 +1358,12 @@ collective_request communicator::start(collective_op op, algorithm_params params
           ? std::clamp<std::size_t>(params.size - 1, 1, options_.max_sends_in_flight)
           : options_.max_sends_in_flight;
   s->size_rings(receive_slots, send_slots);
+  // Offers while the chunks are large (the ring's blocks are message_bytes / size); every
+  // lendable chunk of such a call is offered, so a refused offer's resend overtakes none.
+  const std::size_t chunk_bytes = std::min(
+      op == collective_op::allreduce ? message_bytes / params.size : message_bytes,
+      params.chunk_bytes);
+  s->pull = chunk_bytes >= engine_->pull_threshold;
   if (message_bytes + header_bytes >= engine_->rt->fragment_bytes()) {
     // Room for the sends in flight and as many more awaiting their acks.
     s->loan_slots = 2 * s->send_slots;

@@ -54,12 +54,23 @@
 // receives posted (any source, the collective's tag); unexpected chunks beyond those are held
 // by the runtime's matcher, bounded by VESSEL_UNEXPECTED_BYTES.
 //
-// Copies: a chunk of two link fragments or more whose bytes stay put until the peer has them
-// (send_step::lendable: the ring's) is sent as a split message: the header and the first
-// fragment's bytes are copied into a send block, the rest is lent to the link from the caller's
-// buffer (io::borrowed_memory), and the collective completes only once the peer acked every
-// lent byte (or the link dropped them going down), so the caller's buffers are its own again
-// when wait() returns. At most 2 x max_sends_in_flight loans are out per collective.
+// Copies: a chunk of a link fragment or more whose bytes stay put until the peer has them
+// (send_step::lendable: the ring's and the tree broadcast's) is sent as a split message: its
+// header is copied into a send block, the bytes are lent to the link from the caller's buffer
+// (io::borrowed_memory), and the collective completes only once the peer acked every lent byte
+// (or the link dropped them going down), so the caller's buffers are its own again when wait()
+// returns. At most 2 x max_sends_in_flight loans are out per collective.
+//
+// One copy: to a rank on this host (shared memory), a call whose chunks are pull_bytes or more
+// sends each lendable chunk as an offer instead (chunk_offer.hpp): the peer reads the bytes
+// from our memory with process_vm_readv straight into their place (or next to the cache it
+// reduces them from) and answers; the ring's two copies, into the shared area and out, become
+// one. The call completes only once every offer is answered. A peer that cannot read our memory
+// (Yama, seccomp, another user) answers "refused", and that chunk and every later one go to it
+// the ordinary way, in their order. A call that fails with offers open waits up to 100 ms for
+// the answers of the peers still up, so that no peer reads the bytes after wait() returned (a
+// peer stalled for longer than that still could, into a call of its own that cannot succeed
+// without ours).
 
 #include <chrono>
 #include <cstddef>
@@ -130,6 +141,18 @@ struct communicator_options {
   /// World communicator only: retry a collective in flight when a member restarts, and rejoin
   /// when this process is a restart (header comment). Unset: VESSEL_RESTARTS > 0.
   std::optional<bool> retry_on_restart;
+  /// World communicator only: a call whose chunks are this large (bytes) offers them to the
+  /// ranks on this host, which read them from our memory (header comment, "One copy"). 0 never.
+  /// Unset: VESSEL_PULL_BYTES, else 256 KiB.
+  std::optional<std::size_t> pull_bytes;
+};
+
+/// Offered chunks (communicator_options::pull_bytes) since the world communicator was made,
+/// counted over its family (split, dup, shrink).
+struct chunk_pull_stats {
+  std::uint64_t offered = 0;  ///< chunks this rank offered
+  std::uint64_t pulled = 0;   ///< offers this rank took: read from the offering rank's memory
+  std::uint64_t refused = 0;  ///< offers this rank could not take (sent to it again instead)
 };
 
 /// split(): this rank joins no new communicator.
@@ -179,6 +202,7 @@ class communicator {
   std::uint32_t rank() const noexcept;
   std::uint32_t size() const noexcept;
   std::uint32_t id() const noexcept { return options_.id; }
+  chunk_pull_stats pull_stats() const noexcept;
   /// The runtime (world) rank of member `r` of this communicator.
   std::uint32_t world_rank(std::uint32_t r) const noexcept;
   algorithm_selector& selector() noexcept { return selector_; }
