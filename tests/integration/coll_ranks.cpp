@@ -13,6 +13,8 @@
 //                      size (recursive doubling/halving, Rabenseifner, dissemination,
 //                      binomial trees), int32 and float32, 0/7/1000 and 1<<16; then
 //                      vessel::comm's own barrier and allreduce (fold + recursive doubling)
+//   coll_ranks pull [refuse]  over shm: large calls whose chunks the receivers read from the
+//                      senders' memory (run_pulled); with refuse, rank 1 cannot (seccomp)
 //   coll_ranks comms   split/dup: ranks, ids, sizes; then non-blocking collectives on world, a
 //                      dup and a split in flight together, waited in a rank-dependent order
 //   coll_ranks linkdrop  rank 0 drops its connection to rank 1 (drop_connection) while a large
@@ -35,6 +37,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <span>
@@ -49,6 +52,7 @@
 #include "collectives/communicator.hpp"
 #include "collectives/errc.hpp"
 #include "collectives/selection.hpp"
+#include "tests/integration/forbid_process_reads.hpp"
 
 namespace {
 
@@ -301,6 +305,47 @@ void expect_true(checker& ck, bool ok, const std::string& what) {
   std::printf("FAIL rank %u %s\n", ck.rank, what.c_str());
 }
 
+/// Large calls over shm, whose chunks go as offers that the receiving rank reads from the
+/// sender's memory: the big four, every algorithm that lends its chunks, whole and odd sizes
+/// (a last chunk shorter than the others). With `refuse`, rank 1 cannot read anybody's memory
+/// (seccomp): it refuses its first offer from each peer, those chunks and every later one come
+/// the ordinary way, and every result is still right.
+void run_pulled(communicator& c, checker& ck, bool refuse) {
+  const std::uint32_t p = c.size();
+  const std::size_t whole = std::size_t{1} << 18;      // 1 MiB of int32
+  const std::size_t odd = 3 * (std::size_t{1} << 18) + 7;  // 3 MiB + 28 B: chunks and a tail
+  const std::pair<collective_op, std::string_view> cases[] = {
+      {collective_op::allreduce, "ring"},       {collective_op::allgather, "ring"},
+      {collective_op::reduce_scatter, "ring"},  {collective_op::broadcast, "binomial"},
+      {collective_op::broadcast, "chain"},
+  };
+  std::uint64_t refused_in_first_round = 0;
+  for (int round = 0; round < 2; ++round) {  // again: a refusing rank is offered nothing more
+    if (round == 1) refused_in_first_round = c.pull_stats().refused;
+    for (const auto& [op, algo] : cases) {
+      const bool block = op == collective_op::allgather || op == collective_op::reduce_scatter;
+      for (std::size_t n : {whole, odd}) {
+        run_case(c, ck, op, algo, dtype::int32, block ? n / p : n);
+        run_case(c, ck, op, algo, dtype::float32, block ? n / p : n);
+      }
+    }
+  }
+  const chunk_pull_stats st = c.pull_stats();
+  std::printf("rank %u pulls: offered %llu, pulled %llu, refused %llu\n", c.rank(),
+              static_cast<unsigned long long>(st.offered),
+              static_cast<unsigned long long>(st.pulled),
+              static_cast<unsigned long long>(st.refused));
+  expect_true(ck, st.offered > 0, "no chunk offered");
+  if (refuse && c.rank() == 1) {
+    expect_true(ck, st.pulled == 0 && st.refused > 0, "rank 1 refused no offer");
+    // The same calls again: its peers knew by then, and offered it nothing.
+    expect_true(ck, st.refused == refused_in_first_round, "rank 1 offered chunks after refusing");
+  } else {
+    expect_true(ck, st.pulled > 0, "no offer pulled");
+    expect_true(ck, st.refused == 0, "an offer refused");
+  }
+}
+
 /// split/dup, then collectives on three communicators in flight at once.
 // Whether process `pid` has exited (gone, or a zombie its launcher has not reaped yet) within
 // `limit`.
@@ -519,6 +564,13 @@ void run_world_collectives(vessel::comm& world, checker& ck) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "quick";
   std::setvbuf(stdout, nullptr, _IONBF, 0);  // a rank that aborts still shows what it printed
+  const bool refuse_pulls = mode == "pull" && argc > 2 && std::string_view{argv[2]} == "refuse";
+  if (const char* r = std::getenv("VESSEL_RANK");
+      refuse_pulls && r != nullptr && std::string_view{r} == "1" &&
+      !vessel::test::forbid_reading_other_processes()) {
+    std::printf("FAIL seccomp filter: %s\n", std::strerror(errno));
+    return 1;
+  }
   try {
     vessel::comm world = vessel::comm::init();
     auto made = communicator::create(world.runtime());
@@ -554,6 +606,12 @@ int main(int argc, char** argv) {
       std::printf("OK rank %u coll %s %d\n", ck.rank, name, ck.runs);
       return 0;
     };
+    if (mode == "pull") {
+      run_pulled(c, ck, refuse_pulls);
+      made.value().reset();
+      world.finalize();
+      return report("pull");
+    }
     if (mode == "comms") {
       run_comms(c, ck);
       made.value().reset();

@@ -10,11 +10,6 @@
 //   p2p_ranks serve <ms>                                        stay up, then a final exchange
 //   p2p_ranks pull [refuse]                                     single-copy sends, 2 ranks
 
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +28,7 @@
 
 #include "actors/comm.hpp"
 #include "actors/kv_store_client.hpp"
+#include "tests/integration/forbid_process_reads.hpp"
 
 namespace {
 
@@ -470,23 +466,6 @@ int serve(vessel::comm& c, long ms) {
   return 0;
 }
 
-/// A seccomp filter that fails process_vm_readv with EPERM, as a container's may: this process
-/// can no longer read its peers' memory. Before comm::init, so that every thread inherits it.
-void forbid_reading_other_processes() {
-  sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
-  check(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS");
-  check(::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0, "seccomp filter");
-}
-
 /// Single-copy sends between 2 ranks over shm (sizes from VESSEL_PULL_BYTES, 256 KiB, to 1 MiB):
 /// a receiver already waiting reads each message from the sender's memory; one that comes late
 /// (the sender waited 1 ms) gets it the ordinary way; two ranks that both send first, then
@@ -607,7 +586,7 @@ int main(int argc, char** argv) {
   try {
     const bool refuse_pulls = mode == "pull" && argc > 2 && std::string{argv[2]} == "refuse";
     if (refuse_pulls && std::getenv("VESSEL_RANK") && std::string{std::getenv("VESSEL_RANK")} == "1") {
-      forbid_reading_other_processes();
+      check(vessel::test::forbid_reading_other_processes(), "seccomp filter");
     }
     vessel::comm c = vessel::comm::init();
     std::printf("rank %u of %u up (%s)\n", c.rank(), c.size(), c.runtime().launch().source.c_str());
