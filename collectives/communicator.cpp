@@ -40,6 +40,9 @@ constexpr std::uint32_t not_a_member = ~std::uint32_t{0};
 /// Chunks of a collective whose chunks are this large go to a same-host peer as offers
 /// (chunk_offer.hpp); VESSEL_PULL_BYTES overrides it, as it does vessel::comm's (0: never).
 constexpr std::size_t default_pull_bytes = std::size_t{256} << 10;
+/// An offered chunk reduced into place is read in pieces of this many bytes (a multiple of
+/// every element size), small enough that each is still in cache when it is reduced.
+constexpr std::size_t pull_piece_bytes = std::size_t{128} << 10;
 /// How long a failed call waits for the answers to its open offers: a live peer answers within
 /// microseconds of matching one, and a peer that gave up the call never answers.
 constexpr std::chrono::milliseconds offer_answer_grace{100};
@@ -551,10 +554,19 @@ std::optional<received_chunk> collective_engine::take_offer(collective_state& s,
       arrived.landed = place;
     } else if (!fold.empty() && fold.place.size() == offer.bytes &&
                fold.operand.size() == offer.bytes) {
-      // Read next to the cache it is reduced from; as many bytes move as through the ring.
-      s.pull_bounce.resize(offer.bytes);
-      ec = io::pull_from_process(offer.holder(), offer.address, s.pull_bounce);
-      if (!ec) (void)reduce_to(fold.place, fold.operand, s.pull_bounce, s.params.type, s.params.op);
+      // Read piece by piece into a bounce that stays in cache, each reduced into place at once
+      // (as the ring reduces a chunk fragment by fragment as it lands).
+      const std::size_t piece = std::min<std::size_t>(offer.bytes, pull_piece_bytes);
+      s.pull_bounce.resize(piece);
+      for (std::size_t at = 0; at < offer.bytes && !ec; at += piece) {
+        const std::size_t n = std::min(piece, offer.bytes - at);
+        const std::span<std::byte> into{s.pull_bounce.data(), n};
+        ec = io::pull_from_process(offer.holder(), offer.address + at, into);
+        if (!ec) {
+          (void)reduce_to(fold.place.subspan(at, n), fold.operand.subspan(at, n), into,
+                          s.params.type, s.params.op);
+        }
+      }
       arrived.landed = fold.place;
     } else {
       if (offer.bytes > rt->max_message_bytes() - header_bytes) {
