@@ -558,6 +558,7 @@ std::optional<received_chunk> collective_engine::take_offer(collective_state& s,
       // (as the ring reduces a chunk fragment by fragment as it lands).
       const std::size_t piece = std::min<std::size_t>(offer.bytes, pull_piece_bytes);
       s.pull_bounce.resize(piece);
+      ec.clear();
       for (std::size_t at = 0; at < offer.bytes && !ec; at += piece) {
         const std::size_t n = std::min(piece, offer.bytes - at);
         const std::span<std::byte> into{s.pull_bounce.data(), n};
