@@ -1,8 +1,8 @@
 #include "collectives/communicator.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <array>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
