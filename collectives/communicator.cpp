@@ -231,6 +231,13 @@ struct collective_state {
     detail.clear();
     finished = false;
   }
+  /// The oldest offer to world rank `peer` not answered yet (a peer answers in order), or
+  /// offers.size().
+  std::size_t first_open_offer(std::uint32_t peer) const noexcept {
+    std::size_t i = offers_first_open;
+    while (i < offers.size() && (offers[i].answered || offers[i].peer != peer)) ++i;
+    return i;
+  }
   void drop_offers() noexcept {
     offers.clear();
     offers_first_open = offers_open = 0;
@@ -606,9 +613,7 @@ std::optional<received_chunk> collective_engine::take_offer(collective_state& s,
 
 void collective_engine::on_answer(collective_state& s, std::uint32_t source, std::uint32_t step,
                                   std::uint32_t chunk, std::span<const std::byte> body) {
-  // A peer answers its offers from us in their order (it takes them as they come).
-  std::size_t i = s.offers_first_open;
-  while (i < s.offers.size() && (s.offers[i].answered || s.offers[i].peer != source)) ++i;
+  const std::size_t i = s.first_open_offer(source);
   if (body.size() != sizeof(chunk_answer) || i == s.offers.size() ||
       s.offers[i].step.step != step || s.offers[i].step.chunk != chunk) {
     return fail(s, make_error_code(errc::protocol_violation),
@@ -655,11 +660,8 @@ void collective_engine::settle_offers(collective_state& s) {
       const std::span<const std::byte> got{r.payload.data(), r.payload.size()};
       if (got.size() == header_bytes + sizeof(chunk_answer) &&
           (get_u32(got.data()) & chunk_answer_bit) != 0) {
-        for (std::size_t j = i; j < s.offers.size(); ++j) {
-          if (s.offers[j].peer == peer && !s.offers[j].answered) {
-            s.offers[j].answered = true;
-            break;
-          }
+        if (const std::size_t j = s.first_open_offer(peer); j < s.offers.size()) {
+          s.offers[j].answered = true;
         }
       }
       r.payload.reset();
