@@ -30,7 +30,7 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
               "shared-memory rings need address-free (lock-free) atomics");
 
 inline constexpr std::uint64_t segment_magic = 0x5653'484d'5631'0000ull;  // "VSHMV1\0\0"
-inline constexpr std::uint32_t layout_version = 1;
+inline constexpr std::uint32_t layout_version = 2;  // 2: line-aligned records, polled by word0
 inline constexpr std::size_t cache_line = 64;
 inline constexpr std::size_t ring_offset = 4096;
 
@@ -46,7 +46,9 @@ struct segment_header {
 /// The words both sides share for one direction. Each cache line is written by one side only,
 /// so the producer's stores never invalidate the line the consumer polls and vice versa.
 struct ring_control {
-  alignas(cache_line) std::atomic<std::uint64_t> head{0};  ///< producer: frame-ring bytes published
+  /// Producer: frame-ring bytes published. shm_transport's receiver polls the records' own first
+  /// words instead (one cross-core miss less per frame); the ring test reads it.
+  alignas(cache_line) std::atomic<std::uint64_t> head{0};
   std::atomic<std::uint64_t> area_head{0};                 ///< producer: area bytes published
   alignas(cache_line) std::atomic<std::uint64_t> tail{0};  ///< consumer: frame-ring bytes consumed
   std::atomic<std::uint64_t> area_tail{0};                 ///< consumer: area bytes released
@@ -124,12 +126,13 @@ class ring_producer {
   std::uint64_t cached_tail_ = 0;
 };
 
-/// The consumer's view of one byte ring.
+/// The consumer's view of one byte ring. It writes into the ring too: a transport may mark what
+/// it consumed (shm_transport zeroes the first word of each line) before consume_to().
 class ring_consumer {
  public:
   ring_consumer() noexcept = default;
   ring_consumer(std::atomic<std::uint64_t>* head, std::atomic<std::uint64_t>* tail,
-                const std::byte* data, std::uint64_t capacity) noexcept
+                std::byte* data, std::uint64_t capacity) noexcept
       : head_{head}, tail_{tail}, data_{data}, capacity_{capacity}, mask_{capacity - 1},
         read_{tail->load(std::memory_order_relaxed)}, cached_head_{read_} {}
 
@@ -149,7 +152,7 @@ class ring_consumer {
 
   /// The next unread position, and its address.
   std::uint64_t position() const noexcept { return read_; }
-  const std::byte* at(std::uint64_t pos) const noexcept { return data_ + (pos & mask_); }
+  std::byte* at(std::uint64_t pos) const noexcept { return data_ + (pos & mask_); }
   /// Bytes from `pos` to the ring's physical end.
   std::uint64_t contiguous(std::uint64_t pos) const noexcept { return capacity_ - (pos & mask_); }
 
@@ -164,7 +167,7 @@ class ring_consumer {
  private:
   std::atomic<std::uint64_t>* head_ = nullptr;
   std::atomic<std::uint64_t>* tail_ = nullptr;
-  const std::byte* data_ = nullptr;
+  std::byte* data_ = nullptr;
   std::uint64_t capacity_ = 0;
   std::uint64_t mask_ = 0;
   std::uint64_t read_ = 0;

@@ -1,6 +1,7 @@
 #include "io/shm_transport.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cerrno>
 #include <cstring>
@@ -16,24 +17,35 @@
 namespace vessel::io {
 namespace {
 
-// A ring record, 8-byte aligned, never split across the ring's end:
-//   u32 word0   bits 0..29: record bytes including these 8 (a multiple of 8); bits 30..31: kind
+// A ring record, cache-line aligned and a whole number of lines, never split across the ring's end:
+//   u32 word0   bits 0..29: record bytes including these 8 (a multiple of 64); bits 30..31: kind
 //   u32 hlen    the wire prefix: bytes of the Cap'n Proto header message that follows
 //   header      hlen bytes (a whole number of words, so it stays 8-byte aligned for decoding)
-//   inline:     the payload bytes (header.payload_len), padded to 8
+//   inline:     the payload bytes (header.payload_len), padded to the line
 //   area:       u64 payload-area position of the payload
 //   pad:        (word0 only) the rest of the ring up to its end is unused: continue at offset 0
 // The header is exactly the stream format's `u32 header_len | header`, so one decoder
 // (wire::decode_header) serves TCP and shared memory alike.
+//
+// The receiver finds a record by its word0, not by the ring's head: word0 is stored last
+// (release), and the receiver zeroes the first word of every line it consumes, so the word at its
+// next position is 0 until the sender's next record (or pad) is complete there. Polling the head
+// instead cost one more cross-core miss per frame before the record's own lines were even asked
+// for (an 8-byte ping-pong: head, then line 1, then line 2 as the decoder chased pointers).
 constexpr std::uint32_t kind_shift = 30;
 constexpr std::uint32_t len_mask = (1u << kind_shift) - 1;
 constexpr std::uint32_t kind_inline = 0;
 constexpr std::uint32_t kind_area = 1;
 constexpr std::uint32_t kind_pad = 2;
 constexpr std::uint64_t record_prefix = 8;
+constexpr std::uint64_t record_align = shm::cache_line;
 
 // Frames delivered per receive turn before the reactor gets to run its other work.
 constexpr std::size_t drain_batch = 256;
+
+// Ring bytes a receiver asks for at once when a record arrives: a small data frame's record
+// (its header message and an inline payload) spans two to three cache lines.
+constexpr std::uint64_t prefetch_bytes = 4 * shm::cache_line;
 
 // How often a sleeping receiver re-checks its ring without being woken: defence in depth only.
 // The flag/eventfd protocol (wake_peer_consumer, try_sleep) loses no wake-up; the watchdog exists
@@ -63,6 +75,12 @@ T load(const std::byte* p) noexcept {
 template <class T>
 void store(std::byte* p, T v) noexcept {
   std::memcpy(p, &v, sizeof v);
+}
+
+/// A record's word0 as the sender publishes it and the receiver polls it (the ring is 64-byte
+/// aligned in the mapping, so every line start is a naturally aligned u32).
+std::atomic_ref<std::uint32_t> first_word(std::byte* line) noexcept {
+  return std::atomic_ref<std::uint32_t>{*reinterpret_cast<std::uint32_t*>(line)};
 }
 
 inline void cpu_relax() noexcept {
@@ -134,7 +152,7 @@ void shm_transport::on_watchdog() {
   watchdog_armed_ = false;
   if (state_ != state::open) return;
   const bool pending = sleeping_ && !in_receive_ && !continuation_pending_ &&
-                       (rx_ring_.refresh() != 0 || (want_writable_ && has_room()));
+                       (record_ready() || (want_writable_ && has_room()));
   if (!pending) {
     suspect_ = false;
   } else if (!suspect_ || suspect_runs_ != receive_runs_) {
@@ -177,7 +195,7 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
   const std::uint64_t hlen = wire_header.size() - wire::prefix_bytes;
   const bool in_area = payload_len > config_.inline_max;
   const std::uint64_t rec_len =
-      record_prefix + align_up(hlen, 8) + (in_area ? 8 : align_up(payload_len, 8));
+      align_up(record_prefix + align_up(hlen, 8) + (in_area ? 8 : payload_len), record_align);
   const std::uint64_t area_len = in_area ? align_up(payload_len, shm::cache_line) : 0;
   // Half of each ring at most: a reservation that wraps skips the bytes up to the end, so a
   // record longer than half the ring may never fit, even with the ring empty, and the sender
@@ -226,22 +244,42 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
     if (!first.empty()) wire::copy_bytes(area, first.data(), first.size());
     if (!second.empty()) wire::copy_bytes(area + first.size(), second.data(), second.size());
   }
-  if (skipped != 0) {
-    store<std::uint32_t>(tx_ring_.at(rec_pos - skipped), kind_pad << kind_shift);
-  }
+  // The record's first line is staged and written last, in one burst ending with word0: the
+  // receiver spins on that line, and stores to it spread over the whole write would hand it back
+  // and forth between the two cores.
+  alignas(record_align) std::byte first_line[record_align]{};
+  const auto put = [&](std::uint64_t at, const std::byte* from, std::uint64_t n) {
+    if (at < record_align) {
+      const std::uint64_t staged = std::min(n, record_align - at);
+      std::memcpy(first_line + at, from, staged);
+      at += staged;
+      from += staged;
+      n -= staged;
+    }
+    if (n != 0) std::memcpy(rec + at, from, n);
+  };
   const std::uint32_t kind = in_area ? kind_area : kind_inline;
-  store<std::uint32_t>(rec, static_cast<std::uint32_t>(rec_len) | (kind << kind_shift));
-  store<std::uint32_t>(rec + 4, static_cast<std::uint32_t>(hlen));
-  std::memcpy(rec + record_prefix, wire_header.data() + wire::prefix_bytes, hlen);
-  std::byte* body = rec + record_prefix + align_up(hlen, 8);
+  store<std::uint32_t>(first_line + 4, static_cast<std::uint32_t>(hlen));
+  put(record_prefix, wire_header.data() + wire::prefix_bytes, hlen);
+  const std::uint64_t body = record_prefix + align_up(hlen, 8);
   if (in_area) {
-    store<std::uint64_t>(body, area_pos);
+    std::byte where[8];
+    store<std::uint64_t>(where, area_pos);
+    put(body, where, sizeof where);
   } else {
-    if (!first.empty()) std::memcpy(body, first.data(), first.size());
-    if (!second.empty()) std::memcpy(body + first.size(), second.data(), second.size());
+    if (!first.empty()) put(body, first.data(), first.size());
+    if (!second.empty()) put(body + first.size(), second.data(), second.size());
   }
+  std::memcpy(rec + 4, first_line + 4, record_align - 4);
   if (in_area) tx_area_.publish();
-  tx_ring_.publish();  // release: everything above happens-before the peer's acquire of head
+  // release: the record (and the area's payload) happen-before the peer's acquire of its word0.
+  if (skipped != 0) {
+    first_word(tx_ring_.at(rec_pos - skipped)).store(kind_pad << kind_shift,
+                                                     std::memory_order_release);
+  }
+  first_word(rec).store(static_cast<std::uint32_t>(rec_len) | (kind << kind_shift),
+                        std::memory_order_release);
+  tx_ring_.publish();  // our own accounting (in_use, rollback); the peer polls word0
 
   // The high-water mark is sampled: queued_bytes() loads the consumer's tail line, which the
   // consumer writes on every frame, and that miss cost an 8-byte ping-pong ~0.05 of its 0.65 us.
@@ -401,7 +439,7 @@ void shm_transport::poll() noexcept {
     sleeping_ = false;
     rx_ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
   }
-  if (rx_ring_.refresh() != 0 || (want_writable_ && has_room())) receive_loop();
+  if (record_ready() || (want_writable_ && has_room())) receive_loop();
 }
 
 // Bounded spin on an empty ring. The budget halves after each spin that found nothing, so an idle
@@ -415,7 +453,7 @@ shm_transport::spin_result shm_transport::spin_for_frames() {
   const auto deadline = std::chrono::steady_clock::now() + spin_budget_;
   do {
     for (int i = 0; i < 32; ++i) {
-      if (rx_ring_.refresh() != 0 || (want_writable_ && has_room())) {
+      if (record_ready() || (want_writable_ && has_room())) {
         ++shm_stats_.spin_hits;
         spin_budget_ = config_.max_spin;
         failed_spins_ = 0;
@@ -443,7 +481,7 @@ shm_transport::spin_result shm_transport::spin_for_frames() {
 bool shm_transport::try_sleep() {
   rx_ctl_->consumer_sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (rx_ring_.refresh() != 0) {
+  if (record_ready()) {
     rx_ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
     return false;
   }
@@ -451,6 +489,10 @@ bool shm_transport::try_sleep() {
   slept_at_ = std::chrono::steady_clock::now();
   ++shm_stats_.sleeps;
   return true;
+}
+
+bool shm_transport::record_ready() const noexcept {
+  return first_word(rx_ring_.at(rx_ring_.position())).load(std::memory_order_acquire) != 0;
 }
 
 std::size_t shm_transport::drain(std::size_t budget) {
@@ -462,23 +504,30 @@ std::size_t shm_transport::drain(std::size_t budget) {
     return delivered;
   };
   while (delivered < budget && state_ == state::open) {
-    const std::uint64_t readable = rx_ring_.readable();
-    if (readable == 0) break;
     const std::uint64_t pos = rx_ring_.position();
-    const std::byte* rec = rx_ring_.at(pos);
-    const std::uint64_t room = std::min(readable, rx_ring_.contiguous(pos));
+    std::byte* rec = rx_ring_.at(pos);
+    const std::uint32_t word0 = first_word(rec).load(std::memory_order_acquire);
+    if (word0 == 0) break;
+    const std::uint64_t room = rx_ring_.contiguous(pos);
     // Everything read from the peer's memory is checked before use: a buggy or hostile peer
     // must get a bad_frame, not a read outside our mapping.
-    if (readable < record_prefix || readable % 8 != 0) return bad("ring head misaligned");
-    const auto word0 = load<std::uint32_t>(rec);
     const std::uint32_t kind = word0 >> kind_shift;
     const std::uint64_t len = word0 & len_mask;
+    // The record's other lines are in the peer core's cache too, and decoding the header chases
+    // pointers from line to line: ask for them all at once so that the misses overlap. Not past
+    // the record: a line the sender has yet to write would only cost it a steal back.
+    for (std::uint64_t line = record_align; line < std::min({len, room, prefetch_bytes});
+         line += record_align) {
+      __builtin_prefetch(rec + line);
+    }
     if (kind == kind_pad) {
-      rx_ring_.consume_to(pos + rx_ring_.contiguous(pos));
+      first_word(rec).store(0, std::memory_order_relaxed);
+      rx_ring_.consume_to(pos + room);
       continue;
     }
     const auto hlen = static_cast<std::uint64_t>(load<std::uint32_t>(rec + 4));
-    if ((kind != kind_inline && kind != kind_area) || len % 8 != 0 || len > room ||
+    if ((kind != kind_inline && kind != kind_area) || len == 0 || len % record_align != 0 ||
+        len > room ||
         hlen < wire::min_header_bytes || record_prefix + align_up(hlen, 8) > len) {
       return bad("record length");
     }
@@ -497,7 +546,8 @@ std::size_t shm_transport::drain(std::size_t budget) {
       const auto area_pos = load<std::uint64_t>(body);
       // The area head was stored before the ring head we acquired, so relaxed suffices.
       const auto area_head = rx_ctl_->area_head.load(std::memory_order_relaxed);
-      if (record_prefix + align_up(hlen, 8) + 8 != len || area_pos < rx_area_.position() ||
+      if (align_up(record_prefix + align_up(hlen, 8) + 8, record_align) != len ||
+          area_pos < rx_area_.position() ||
           area_pos > area_head || plen > area_head - area_pos ||
           plen > rx_area_.contiguous(area_pos) || plen > area_cap) {
         return bad("payload area range");
@@ -508,7 +558,10 @@ std::size_t shm_transport::drain(std::size_t budget) {
     ++stats_.frames_received;
     stats_.bytes_received += wire::prefix_bytes + hlen + plen;
     handler_.on_frame(header.value(), {payload, static_cast<std::size_t>(plen)}, buffer_slice{});
-    // The payload view ends here: hand the bytes back to the peer.
+    // The payload view ends here: hand the bytes back to the peer, every line start zeroed
+    // first, since the sender's later records may begin at any of them.
+    for (std::uint64_t line = 0; line < len; line += record_align)
+      first_word(rec + line).store(0, std::memory_order_relaxed);
     rx_ring_.consume_to(pos + len);
     ++delivered;
     if (kind == kind_area) {

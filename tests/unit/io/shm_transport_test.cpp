@@ -336,6 +336,31 @@ TEST(shm_transport, orderly_close_reports_connection_closed_to_the_peer) {
   EXPECT_EQ(frames.load(), 1) << "a frame published before the close is still delivered";
 }
 
+// The receiver polls the first word of the record at its next position. Whatever a buggy or
+// hostile peer writes there is checked against the ring's geometry before anything is read: the
+// link closes with bad_frame and nothing reaches the handler.
+TEST(shm_transport, a_record_word_that_lies_about_its_length_closes_the_link_with_bad_frame) {
+  struct lie {
+    const char* what;
+    std::uint32_t word0;  // bits 0..29: record bytes, 30..31: kind (0 = inline)
+  };
+  for (const lie& l : {lie{"longer than the ring", 8192}, lie{"not whole cache lines", 72},
+                       lie{"an unknown kind", (3u << 30) | 128}}) {
+    SCOPED_TRACE(l.what);
+    auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
+    std::memcpy(ca.tx.data() + shm::ring_offset, &l.word0, sizeof l.word0);  // a, by hand
+    side b;
+    b.open(std::move(cb), small_config());
+    std::atomic<int> frames{0};
+    b.h.frame = [&](const wire::frame_header&, std::span<const std::byte>) { ++frames; };
+    b.start();
+    const auto why = b.h.wait_closed(5s);
+    ASSERT_TRUE(why.has_value());
+    EXPECT_EQ(*why, errc::bad_frame);
+    EXPECT_EQ(frames.load(), 0);
+  }
+}
+
 TEST(shm_transport, idle_receiver_stops_spinning_and_sleeps_on_its_eventfd) {
   auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
   side a, b;
