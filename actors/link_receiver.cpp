@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "actors/errc.hpp"
+#include "actors/link_credit.hpp"
 
 namespace vessel::actors {
 
@@ -21,9 +22,10 @@ result<receive_verdict> link_receiver::on_frame(const wire::frame_header& header
   }
   if (header.seq > last_seq_ + 1) return errc::link_sequence_gap;
   const std::uint64_t len = header.payload_len;
+  const std::uint64_t cost = frame_credit(header, config_.message_overhead);
   // Duplicates were charged to the sender's credit too, so they count against it here.
-  if (len > allowance_) return errc::link_credit_exceeded;
-  allowance_ -= len;
+  if (cost > allowance_) return errc::link_credit_exceeded;
+  allowance_ -= cost;
 
   // A frame not yet acked starts the delay clock; a duplicate too, since it means the peer has
   // not heard of our having it and is holding it in its window.
@@ -33,12 +35,12 @@ result<receive_verdict> link_receiver::on_frame(const wire::frame_header& header
 
   if (header.seq <= last_seq_) {
     // Dropped at once: its bytes are free again and go back with the next grant.
-    consumed_ungranted_ += len;
+    consumed_ungranted_ += cost;
     ++stats_.duplicates_dropped;
     return receive_verdict::duplicate;
   }
   last_seq_ = header.seq;
-  held_ += len;
+  held_ += cost;
   ++stats_.frames_received;
   stats_.bytes_received += len;
   return receive_verdict::deliver;

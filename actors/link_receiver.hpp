@@ -25,9 +25,12 @@ using link_time = std::chrono::nanoseconds;
 
 /// Receive-side policy of one link.
 struct link_receiver_config {
-  /// Payload bytes the peer may have in flight or unconsumed here; equals the sender's
-  /// initial_credit.
+  /// Credit the peer may have in flight or unconsumed here (payload bytes plus message_overhead
+  /// per message); equals the sender's initial_credit.
   std::uint64_t window_bytes = 4u << 20;
+  /// Credit each data message costs on top of its bytes; the sender's link_sender_config must
+  /// say the same (link_credit.hpp). Links use message_credit_overhead.
+  std::uint64_t message_overhead = 0;
   /// Ack after this many frames ...
   std::uint32_t ack_every_frames = 32;
   /// ... or this many payload bytes ...

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "actors/errc.hpp"
+#include "actors/link_credit.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -44,12 +45,13 @@ result<submit_outcome> link_sender::submit(wire::frame_header header, io::buffer
   f.header = std::move(header);
   f.payload = std::move(payload);
   f.more = std::move(more);
+  f.credit = frame_credit(f.header, config_.message_overhead);
   buffered_bytes_ += len;
-  queued_bytes_ += len;
+  queued_credit_ += f.credit;
 
   // Sendable when every frame before it that waits for transmission fits too: frames go out in
   // seq order, so a frame never overtakes one still waiting for credit.
-  if (queued_bytes_ <= credit_ &&
+  if (queued_credit_ <= credit_ &&
       queued_frames() + unacked_frames() <= config_.max_unacked_frames) {
     return submit_outcome::sendable;
   }
@@ -61,7 +63,7 @@ result<submit_outcome> link_sender::submit(wire::frame_header header, io::buffer
 }
 
 bool link_sender::can_release(const outgoing_frame& f) const noexcept {
-  return f.bytes() <= credit_ && unacked_frames() < config_.max_unacked_frames;
+  return f.credit <= credit_ && unacked_frames() < config_.max_unacked_frames;
 }
 
 const outgoing_frame* link_sender::next_transmit() noexcept {
@@ -77,11 +79,10 @@ const outgoing_frame* link_sender::next_transmit() noexcept {
     }
     return nullptr;
   }
-  const std::size_t len = f.bytes();
-  credit_ -= len;
-  queued_bytes_ -= len;
+  credit_ -= f.credit;
+  queued_credit_ -= f.credit;
   ++stats_.frames_sent;
-  stats_.bytes_sent += len;
+  stats_.bytes_sent += f.bytes();
   if (next_tx_seq_ <= highest_sent_) {
     ++stats_.retransmits;
   } else {
@@ -100,9 +101,8 @@ result<std::size_t> link_sender::on_ack(std::uint64_t cumulative_seq) {
   std::size_t released = 0;
   while (acked_seq_ < cumulative_seq) {
     outgoing_frame& f = slot(++acked_seq_);
-    const std::size_t len = f.bytes();
-    buffered_bytes_ -= len;
-    if (acked_seq_ >= next_tx_seq_) queued_bytes_ -= len;
+    buffered_bytes_ -= f.bytes();
+    if (acked_seq_ >= next_tx_seq_) queued_credit_ -= f.credit;
     f.payload.reset();  // the buffer goes back to its pool now, not when the slot is reused
     f.more.reset();
     ++released;
@@ -131,7 +131,7 @@ result<void> link_sender::resume(std::uint64_t peer_last_seq_seen) {
   // The hello's last-seen seq is a cumulative ack; everything after it goes out again.
   if (auto acked = on_ack(peer_last_seq_seen); !acked) return acked.error();
   for (std::uint64_t seq = acked_seq_ + 1; seq < next_tx_seq_; ++seq) {
-    queued_bytes_ += slot(seq).bytes();
+    queued_credit_ += slot(seq).credit;
   }
   next_tx_seq_ = acked_seq_ + 1;
   credit_ = 0;

@@ -38,6 +38,9 @@ struct link_sender_config {
   std::uint64_t initial_credit = 4u << 20;
   /// A grant that takes credit past this is a broken peer (no receiver has a larger window).
   std::uint64_t max_credit = std::uint64_t{1} << 40;
+  /// Credit each data message costs on top of its bytes (link_credit.hpp); the receiver's
+  /// link_receiver_config must say the same. Links use message_credit_overhead.
+  std::uint64_t message_overhead = 0;
 };
 
 /// A frame the owner transmits: its header (seq set) and a handle on its payload.
@@ -45,6 +48,7 @@ struct outgoing_frame {
   wire::frame_header header;
   io::buffer_slice payload;
   io::buffer_slice more;  ///< the payload's second part, if it comes in two (transport::send_parts)
+  std::uint64_t credit = 0;  ///< what sending it costs (link_credit.hpp: frame_credit)
   std::size_t bytes() const noexcept { return payload.size() + more.size(); }
 };
 
@@ -88,7 +92,7 @@ class link_sender {
   /// one already seen is harmless and ignored.
   result<std::size_t> on_ack(std::uint64_t cumulative_seq);
 
-  /// The peer grants `bytes` more payload credit. link_credit_overflow past max_credit.
+  /// The peer grants `bytes` more credit (payload bytes, plus message_overhead per message). link_credit_overflow past max_credit.
   result<void> on_credit(std::uint64_t bytes);
 
   /// After a reconnect: the peer's hello says it has every frame up to `peer_last_seq_seen`.
@@ -132,7 +136,7 @@ class link_sender {
   std::uint64_t highest_sent_ = 0;  ///< highest seq ever handed out (resends are below it)
   std::uint64_t credit_;
   std::size_t buffered_bytes_ = 0;  ///< payload bytes of unacked + queued frames
-  std::size_t queued_bytes_ = 0;    ///< payload bytes of queued frames (not yet handed out)
+  std::uint64_t queued_credit_ = 0;  ///< credit the queued frames (not yet handed out) need
   bool stalled_ = false;            ///< a frame waits on credit/window (one stall per episode)
   bool blocked_ = false;            ///< a submit() was pushed back and not yet told of room
   std::size_t blocked_bytes_ = 0;   ///< the size that was pushed back

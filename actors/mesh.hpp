@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "actors/auth.hpp"
+#include "actors/link_credit.hpp"
 #include "actors/detailed_error.hpp"
 #include "actors/env.hpp"
 #include "actors/host_identity.hpp"
@@ -114,8 +115,8 @@ const char* to_string(peer_state s) noexcept;
 class mesh_observer {
  public:
   virtual ~mesh_observer() = default;
-  /// One whole message. Call mesh::release(src, payload.size()) once done with its bytes (a
-  /// message to self needs no release but it is harmless).
+  /// One whole message. Call mesh::release(src, message_credit(payload.size())) once done with
+  /// its bytes (link_credit.hpp; a message to self needs no release but it is harmless).
   virtual void on_message(inbound_message&& m) = 0;
   /// The first fragment of a message arrived: return where its bytes should land (memory that
   /// stays valid until on_message or on_message_abandoned names the message), or nothing for a
@@ -274,10 +275,11 @@ class mesh {
     return peer < by_shm_.size() && by_shm_[peer];
   }
 
-  /// Reactor thread only: the app is done with `bytes` of messages from `src` (any split of
-  /// the bytes delivered, e.g. one call per message). Credit goes back to the sender only
-  /// through this. Releasing more than was delivered is ignored (logged once).
-  void release(std::uint32_t src, std::size_t bytes);
+  /// Reactor thread only: the app is done with messages from `src` whose credit adds up to
+  /// `credit` (message_credit() of each one's bytes, link_credit.hpp; any split of what was
+  /// delivered, e.g. one call per message). Credit goes back to the sender only through this.
+  /// Releasing more than was delivered is ignored (logged once).
+  void release(std::uint32_t src, std::size_t credit);
 
   /// Reactor thread only. The message from `src` whose fragments are arriving into a pool block
   /// (begun, not complete, not landing in an observer's destination), if any.

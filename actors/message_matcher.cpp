@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "actors/comm_errc.hpp"
+#include "actors/link_credit.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -89,7 +90,7 @@ result<std::optional<message_matcher::completion>> message_matcher::arrive(p2p_m
     unlink_pending(i);
     free_pending(i);
     ++stats_.matched_on_arrival;
-    sink_.release(done.message.source, done.message.payload.size());
+    sink_.release(done.message.source, message_credit(done.message.payload.size()));
     return std::optional<completion>{std::move(done)};
   }
   queue_unexpected(std::move(message));
@@ -190,7 +191,7 @@ void message_matcher::queue_unexpected(p2p_message&& message) {
     ++stats_.credit_withheld;
   } else {
     n.credit_held = false;
-    sink_.release(source, bytes);
+    sink_.release(source, message_credit(bytes));
   }
 }
 
@@ -218,7 +219,7 @@ p2p_message message_matcher::take_unexpected(std::uint32_t index) {
   n.message = p2p_message{};
   --stats_.unexpected_messages;
   stats_.unexpected_bytes -= out.payload.size();
-  if (n.credit_held) sink_.release(out.source, out.payload.size());
+  if (n.credit_held) sink_.release(out.source, message_credit(out.payload.size()));
   n.credit_held = false;
   free_unexpected_.push_back(index);  // capacity reserved: no allocation below the high water
   update_bound();
@@ -234,7 +235,7 @@ void message_matcher::update_bound() {
     unexpected_node& n = unexpected_[i];
     if (!n.credit_held) continue;
     n.credit_held = false;
-    sink_.release(n.message.source, n.message.payload.size());
+    sink_.release(n.message.source, message_credit(n.message.payload.size()));
   }
   sink_.on_backpressure(false);
 }

@@ -65,8 +65,9 @@ struct matcher_config {
 class credit_sink {
  public:
   virtual ~credit_sink() = default;
-  /// `bytes` of payload from `source` may be credited back to the sender now.
-  virtual void release(std::uint32_t source, std::size_t bytes) = 0;
+  /// Messages from `source` worth `credit` (message_credit() of each one's payload,
+  /// link_credit.hpp) may be credited back to the sender now.
+  virtual void release(std::uint32_t source, std::size_t credit) = 0;
   /// The unexpected queue went over its bound (true) or drained below its low-water mark (false).
   virtual void on_backpressure(bool over_bound) { (void)over_bound; }
 };

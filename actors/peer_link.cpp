@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "actors/errc.hpp"
+#include "actors/link_credit.hpp"
 #include "actors/mesh_connection.hpp"
 #include "actors/mesh_impl.hpp"
 #include "io/errc.hpp"
@@ -20,12 +21,14 @@ namespace {
 link_sender_config sender_config(const mesh_config& c) {
   link_sender_config s = c.sender;
   s.initial_credit = c.window_bytes;
+  s.message_overhead = message_credit_overhead;
   return s;
 }
 
 link_receiver_config receiver_config(const mesh_config& c) {
   link_receiver_config r = c.receiver;
   r.window_bytes = c.window_bytes;
+  r.message_overhead = message_credit_overhead;
   return r;
 }
 
@@ -349,14 +352,16 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
                          : reassembler_.accept(data.fragment_index, data.fragment_count,
                                                data.fragment_offset, data.total_len, payload);
   if (!accepted) return fail(accepted.error(), "bad fragment");
+  // What the sender was charged for this frame (link_credit.hpp), in the units release() repays.
+  const std::uint64_t charged = frame_credit(header, message_credit_overhead);
   // The overdraft (mesh.hpp): the fragments of one multi-fragment message at a time count as
   // consumed at once, so a message larger than the window still completes.
   if (data.fragment_count > 1 && (overdraft_ == 0 || overdraft_message_ == data.message_id)) {
-    overdraft_ += length;
+    overdraft_ += charged;
     overdraft_message_ = data.message_id;
-    report_consumed(length);
+    report_consumed(charged);
   } else {
-    in_progress_charged_ += length;
+    in_progress_charged_ += charged;
   }
   if (!reassembler_.complete()) return;
   // A large message's sender may wait for its ack (a lent send, comm.cpp) instead of streaming
@@ -364,7 +369,7 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
   // coalescing; a large one is rare enough per byte that one more ack frame costs nothing.
   if (data.total_len >= fragment_bytes_) receiver_.ack_soon();
   in_progress_charged_ = 0;
-  delivered_unreleased_ += data.total_len;
+  delivered_unreleased_ += message_credit(data.total_len);
   ++stats_.messages_received;
   inbound_message m{peer_, data.tag, data.message_id, {}, landing_message_.has_value(),
                     data.total_len};

@@ -179,8 +179,10 @@ class peer_link {
   std::optional<std::uint64_t> landing_message_;
   std::uint64_t reassembly_tag_ = 0;  // the tag of the message being reassembled
   std::uint64_t in_place_before_reset_ = 0;  // reassembler counters of streams before this one
-  std::uint64_t delivered_unreleased_ = 0;  // bytes of delivered messages not yet released
-  std::uint64_t overdraft_ = 0;             // bytes reported consumed before the app released
+  // Credit (link_credit.hpp) of delivered messages not yet released, and credit reported
+  // consumed before the app released it.
+  std::uint64_t delivered_unreleased_ = 0;
+  std::uint64_t overdraft_ = 0;
   std::uint64_t overdraft_message_ = 0;     // message id that holds the overdraft (0: none)
   // Fragments of the in-progress message charged to the window (it began while another message
   // held the overdraft): handed to the overdraft once that is repaid (release()).

@@ -15,6 +15,7 @@
 
 #include "actors/actor_errc.hpp"
 #include "actors/comm_errc.hpp"
+#include "actors/link_credit.hpp"
 #include "actors/errc.hpp"
 #include "actors/reactor_hosted.hpp"
 #include "actors/supervisor.hpp"
@@ -239,7 +240,7 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
         for (auto& m : batch.events()) {
           const std::size_t bytes = m.payload.size();
           const std::uint32_t source = m.src;
-          if (source < st.config.world_size) st.credit->arrived(source, bytes);
+          if (source < st.config.world_size) st.credit->arrived(source, message_credit(bytes));
           auto done =
               st.matcher->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
           if (!done) {  // not a rank of this world: the transport never delivers one

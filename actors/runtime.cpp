@@ -18,6 +18,7 @@
 #include "actors/drive_budget.hpp"
 #include "actors/errc.hpp"
 #include "actors/kv_store_client.hpp"
+#include "actors/link_credit.hpp"
 #include "actors/kv_store_server.hpp"
 #include "actors/store_rendezvous.hpp"
 #include "io/log.hpp"
@@ -830,7 +831,7 @@ void runtime::on_message(inbound_message&& m) {
                      m.message_id, src);
       return;
     }
-    mesh_->release(src, static_cast<std::size_t>(m.length));  // its bytes are the app's now
+    mesh_->release(src, message_credit(m.length));  // its bytes are the app's now
     r->source = src;
     r->matched_tag = m.tag;
     r->message_id = m.message_id;
@@ -844,7 +845,7 @@ void runtime::on_message(inbound_message&& m) {
   if (!arrived) {
     logger().error("rank {}: message from rank {} dropped: {}", rank_, src,
                    arrived.error().message());
-    mesh_->release(src, bytes);
+    mesh_->release(src, message_credit(bytes));
     return;
   }
   if (!arrived.value()) return;

@@ -36,7 +36,7 @@ class echo_node final : public mesh_observer {
   std::promise<void>* done = nullptr;
 
   void on_message(inbound_message&& msg) override {
-    m->release(msg.src, msg.payload.size());
+    m->release(msg.src, vessel::actors::message_credit(msg.payload.size()));
     if (m->config().self_rank == 1) {  // echo the very block back: no copy
       (void)m->send(0, msg.tag, std::move(msg.payload));
       return;

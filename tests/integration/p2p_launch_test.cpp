@@ -191,6 +191,19 @@ TEST_F(p2p_launch, sleeping_receiver_bounds_the_senders_memory) {
   std::printf("%s", r.outputs[0].c_str());
 }
 
+TEST_F(p2p_launch, small_messages_towards_a_sleeping_receiver_wait_for_credit_not_a_reconnect) {
+  // 100,000 8-byte messages, the receiver asleep for 500 ms first. Each message it holds takes
+  // a pool block, so credit must stop the sender before the blocks run out: charged by bytes
+  // alone, the receiver ran out and shed messages by reconnecting, hundreds of times.
+  for (const char* transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    launch_result r = run(2, transport, {"flood", "100000", "500"});
+    expect_all_ok(r);
+    EXPECT_NE(r.outputs[0].find("reconnects 0,"), std::string::npos) << r.outputs[0];
+    EXPECT_EQ(r.outputs[1].find("no pool block"), std::string::npos) << r.outputs[1];
+  }
+}
+
 /// Connects to 127.0.0.1:port, sends `bytes`, and returns how long the rank took to close the
 /// connection (or -1 s if it did not within `limit`).
 std::chrono::milliseconds time_until_closed(std::uint16_t port, const std::string& bytes,

@@ -5,6 +5,7 @@
 //
 //   p2p_ranks allpairs <messages per pair> <max bytes> <seed>   all-pairs, random sizes and tags
 //   p2p_ranks cut <messages> <bytes> <cuts> [<min reconnects>]  rank 0 -> 1 with connection cuts
+//   p2p_ranks flood <messages> <sleep ms>     rank 0 sends 8-byte messages, rank 1 sleeps first
 //   p2p_ranks backpressure <total MiB> <sleep ms> <max RSS MiB> rank 0 pushes, rank 1 sleeps first
 //   p2p_ranks collectives                                       barrier + allreduce checks
 //   p2p_ranks serve <ms>                                        stay up, then a final exchange
@@ -372,6 +373,36 @@ int backpressure(vessel::comm& c, long total_mib, long sleep_ms, long max_rss_mi
   return 0;
 }
 
+// Many small messages towards a receiver that sleeps first: each one it holds unexpected takes a
+// pool block however small it is, so the sender's credit must run out before the blocks do.
+// Rank 0 prints its link's reconnects (a receiver out of blocks sheds a message by reconnecting).
+int flood(vessel::comm& c, long messages, long sleep_ms) {
+  check(c.size() >= 2, "flood needs 2 ranks");
+  if (c.rank() == 0) {
+    for (long i = 0; i < messages; ++i) c.send(std::as_bytes(std::span{&i, 1}), 1, 10);
+    std::byte done{};
+    c.recv({&done, 1}, 1, 11, 120s);
+    const auto s = c.link_stats(1);
+    std::printf("OK rank 0 flood: sent %ld, reconnects %llu, credit stalls %llu\n", messages,
+                static_cast<unsigned long long>(s.reconnects),
+                static_cast<unsigned long long>(s.credit_stalls));
+  } else if (c.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{sleep_ms});
+    for (long i = 0; i < messages; ++i) {
+      long got = -1;
+      c.recv(std::as_writable_bytes(std::span{&got, 1}), 0, 10, 120s);
+      check(got == i, "flood out of order at " + std::to_string(i) + ": got " + std::to_string(got));
+    }
+    const std::byte done{1};
+    c.send({&done, 1}, 0, 11);
+    const auto m = c.matching_stats();
+    std::printf("OK rank 1 flood: received %ld in order, unexpected peak %zu bytes, %llu withheld\n",
+                messages, m.unexpected_peak_bytes,
+                static_cast<unsigned long long>(m.credit_withheld));
+  }
+  return 0;
+}
+
 int collectives(vessel::comm& c) {
   const std::uint32_t n = c.size();
   for (int round = 0; round < 5; ++round) c.barrier(60s);
@@ -580,7 +611,7 @@ int pull(vessel::comm& c, bool refuse) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: p2p_ranks allpairs|cut|land|timeouts|backpressure|collectives|serve|pull ...");
+  if (argc < 2) die("usage: p2p_ranks allpairs|cut|land|timeouts|backpressure|flood|collectives|serve|pull ...");
   const std::string mode = argv[1];
   auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
   try {
@@ -604,6 +635,8 @@ int main(int argc, char** argv) {
       rc = land(c);
     } else if (mode == "backpressure") {
       rc = backpressure(c, arg(2, 1024), arg(3, 2000), arg(4, 256));
+    } else if (mode == "flood") {
+      rc = flood(c, arg(2, 100000), arg(3, 1000));
     } else if (mode == "collectives") {
       rc = collectives(c);
     } else if (mode == "bench") {

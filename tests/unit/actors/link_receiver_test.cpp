@@ -70,6 +70,21 @@ TEST(link_receiver, more_bytes_than_granted_is_a_credit_error) {
   EXPECT_TRUE(r.on_frame(seq_header(2, 40), 0ns));
 }
 
+TEST(link_receiver, each_message_is_charged_its_overhead_on_its_first_fragment) {
+  link_receiver_config c = cfg(2 * (10 + 100) + 30);
+  c.message_overhead = 100;
+  link_receiver r{c};
+  EXPECT_TRUE(r.on_frame(seq_header(1, 10), 0ns));
+  EXPECT_TRUE(r.on_frame(seq_header(2, 10), 0ns));
+  EXPECT_EQ(r.held_bytes(), 220u);
+  wire::frame_header later = seq_header(3, 30);
+  std::get<wire::data_fields>(later.body).fragment_index = 1;
+  EXPECT_TRUE(r.on_frame(later, 0ns)) << "a later fragment costs its bytes only";
+  auto over = r.on_frame(seq_header(4, 0), 0ns);
+  ASSERT_FALSE(over) << "an empty message still costs its overhead";
+  EXPECT_EQ(over.error(), errc::link_credit_exceeded);
+}
+
 TEST(link_receiver, acks_are_coalesced_by_count) {
   link_receiver r{cfg(1u << 20, 4)};
   int acks = 0;

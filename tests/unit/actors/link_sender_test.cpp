@@ -94,6 +94,32 @@ TEST(link_sender, queues_when_out_of_credit_and_releases_on_grant) {
   EXPECT_EQ(s.stats().credit_stalls, 1u);  // one episode
 }
 
+// Each message also costs message_overhead, charged with its first fragment only: ten 8-byte
+// messages do not fit where 100 bytes of payload would.
+TEST(link_sender, each_message_costs_its_overhead_once_on_its_first_fragment) {
+  io::buffer_pool pool{test::small_pool_config()};
+  link_sender_config c = cfg(2 * (8 + 100));
+  c.message_overhead = 100;
+  link_sender s{c};
+  EXPECT_EQ(s.submit(data_header(), payload(pool, 8)).value(), submit_outcome::sendable);
+  EXPECT_EQ(s.submit(data_header(), payload(pool, 8)).value(), submit_outcome::sendable);
+  EXPECT_EQ(s.submit(data_header(), payload(pool, 8)).value(), submit_outcome::queued);
+  ASSERT_NE(s.next_transmit(), nullptr);
+  ASSERT_NE(s.next_transmit(), nullptr);
+  EXPECT_EQ(s.next_transmit(), nullptr);
+  EXPECT_EQ(s.credit(), 0u);
+  ASSERT_TRUE(s.on_credit(108 + 50));
+  ASSERT_NE(s.next_transmit(), nullptr);
+  EXPECT_EQ(s.credit(), 50u);
+
+  // A later fragment of a message carries no overhead: 50 bytes of credit send 50 bytes of it.
+  wire::frame_header second = data_header();
+  std::get<wire::data_fields>(second.body).fragment_index = 1;
+  EXPECT_EQ(s.submit(second, payload(pool, 50)).value(), submit_outcome::sendable);
+  ASSERT_NE(s.next_transmit(), nullptr);
+  EXPECT_EQ(s.credit(), 0u);
+}
+
 TEST(link_sender, pushes_back_beyond_the_queue_bound_and_signals_room) {
   io::buffer_pool pool{test::small_pool_config()};
   link_sender s{cfg(0, 2, 2)};  // no credit at all: everything queues

@@ -179,11 +179,11 @@ class node final : public mesh_observer {
     if (msg.landed) ++landed_;
     bytes_received_ += msg.length;
     if (msg.landed) {
-      mesh_->release(msg.src, msg.length);  // its bytes are ours already
+      mesh_->release(msg.src, message_credit(msg.length));  // its bytes are ours already
     } else if (hold_) {
       held_.push_back(std::move(msg));
     } else {
-      mesh_->release(msg.src, msg.payload.size());
+      mesh_->release(msg.src, message_credit(msg.payload.size()));
     }
     cv_.notify_all();
   }
@@ -196,7 +196,7 @@ class node final : public mesh_observer {
   void release_held() {
     on_reactor(r(), [this] {
       hold_ = false;
-      for (auto& msg : held_) mesh_->release(msg.src, msg.payload.size());
+      for (auto& msg : held_) mesh_->release(msg.src, message_credit(msg.payload.size()));
       held_.clear();
       return 0;
     });

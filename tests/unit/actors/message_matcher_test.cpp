@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/comm_errc.hpp"
+#include "actors/link_credit.hpp"
 #include "actors/message_matcher.hpp"
 #include "tests/unit/actors/link_test_support.hpp"
 
@@ -58,7 +59,8 @@ TEST_F(matcher_test, posted_receive_takes_an_arriving_message_that_fits) {
   EXPECT_EQ(done->cookie, 99u);
   EXPECT_EQ(stamp_of(done->message), 1u);
   EXPECT_EQ(m.stats().pending_receives, 0u);
-  EXPECT_EQ(sink_.released[2], 64u) << "a matched message's credit goes back at once";
+  EXPECT_EQ(sink_.released[2], message_credit(64))
+      << "a matched message's credit goes back at once";
 }
 
 TEST_F(matcher_test, message_for_another_source_or_tag_waits_as_unexpected) {
@@ -205,7 +207,8 @@ TEST_F(matcher_test, a_claimed_receive_is_matched_once_and_leaves_the_credit_to_
   EXPECT_EQ(st.matched_on_arrival, 2u);
   EXPECT_EQ(st.cancelled, 0u);
   EXPECT_EQ(st.pending_receives, 0u);
-  EXPECT_EQ(sink_.released[2], 64u) << "only the message the matcher held was credited";
+  EXPECT_EQ(sink_.released[2], message_credit(64))
+      << "only the message the matcher held was credited";
 }
 
 TEST_F(matcher_test, completed_receive_cannot_be_cancelled) {
@@ -261,33 +264,34 @@ TEST_F(matcher_test, buffered_messages_release_credit_until_the_bound_then_withh
   c.resume_fraction = 0.5;
   message_matcher m{c, sink_};
   for (int i = 0; i < 4; ++i) ASSERT_FALSE(m.arrive(msg(1, 0, i, 1000)).value());
-  EXPECT_EQ(sink_.released[1], 4000u) << "under the bound credit flows on buffering";
+  EXPECT_EQ(sink_.released[1], 4 * message_credit(1000))
+      << "under the bound credit flows on buffering";
   EXPECT_FALSE(m.over_bound());
 
   for (int i = 4; i < 7; ++i) ASSERT_FALSE(m.arrive(msg(1, 0, i, 1000)).value());
   EXPECT_TRUE(m.over_bound());
-  EXPECT_EQ(sink_.released[1], 4000u) << "past the bound credit is withheld";
+  EXPECT_EQ(sink_.released[1], 4 * message_credit(1000)) << "past the bound credit is withheld";
   EXPECT_EQ(m.stats().credit_withheld, 3u);
   ASSERT_EQ(sink_.transitions, std::vector<bool>{true});
 
   // Taking a held message returns its credit at once.
   auto first = m.post_receive(1, 0, 0).value();  // takes #0 (not held)
   EXPECT_EQ(stamp_of(*first.message), 0u);
-  EXPECT_EQ(sink_.released[1], 4000u);
+  EXPECT_EQ(sink_.released[1], 4 * message_credit(1000));
   EXPECT_TRUE(m.over_bound()) << "6000 bytes left, low water is 2000";
 
   m.post_receive(1, 0, 0).value();  // #1 -> 5000
   m.post_receive(1, 0, 0).value();  // #2 -> 4000
   m.post_receive(1, 0, 0).value();  // #3 -> 3000
   EXPECT_TRUE(m.over_bound());
-  EXPECT_EQ(sink_.released[1], 4000u);
+  EXPECT_EQ(sink_.released[1], 4 * message_credit(1000));
   m.post_receive(1, 0, 0).value();  // #4 (held) -> 2000: drained, the rest is released too
   EXPECT_FALSE(m.over_bound());
-  EXPECT_EQ(sink_.released[1], 7000u) << "every byte is credited back exactly once";
+  EXPECT_EQ(sink_.released[1], 7 * message_credit(1000)) << "every message is credited back once";
   EXPECT_EQ(sink_.transitions, (std::vector<bool>{true, false}));
   m.post_receive(1, 0, 0).value();
   m.post_receive(1, 0, 0).value();
-  EXPECT_EQ(sink_.released[1], 7000u);
+  EXPECT_EQ(sink_.released[1], 7 * message_credit(1000));
   EXPECT_EQ(m.stats().unexpected_peak_bytes, 7000u);
 }
 
@@ -297,9 +301,9 @@ TEST_F(matcher_test, message_count_bound_also_withholds_credit) {
   message_matcher m{c, sink_};
   for (int i = 0; i < 3; ++i) ASSERT_FALSE(m.arrive(msg(0, 0, i, 10)).value());
   EXPECT_TRUE(m.over_bound());
-  EXPECT_EQ(sink_.released[0], 20u);
+  EXPECT_EQ(sink_.released[0], 2 * message_credit(10));
   for (int i = 0; i < 3; ++i) m.post_receive(0, 0, 0).value();
-  EXPECT_EQ(sink_.released[0], 30u);
+  EXPECT_EQ(sink_.released[0], 3 * message_credit(10));
   EXPECT_FALSE(m.over_bound());
 }
 

@@ -18,6 +18,7 @@
 #include "actors/actor_errc.hpp"
 #include "actors/comm_errc.hpp"
 #include "actors/errc.hpp"
+#include "actors/link_credit.hpp"
 #include "actors/node.hpp"
 #include "actors/outbox.hpp"
 #include "tests/unit/actors/caf_test_support.hpp"
@@ -288,7 +289,8 @@ TEST(node_backpressure_test, receives_follow_the_matcher_and_credit_waits_past_t
     }
     ASSERT_TRUE(eventually([&] { return stats_of(self, rank).unexpected == 10; }));
     const std::size_t one = body.size() + 1;
-    ASSERT_TRUE(eventually([&] { return transport->released.load() == 4 * one; }));
+    const std::uint64_t one_credit = message_credit(one);
+    ASSERT_TRUE(eventually([&] { return transport->released.load() == 4 * one_credit; }));
     auto s = stats_of(self, rank);
     EXPECT_EQ(s.credit_withheld, 6u);
     EXPECT_EQ(s.unexpected_bytes, 10 * one);
@@ -321,7 +323,8 @@ TEST(node_backpressure_test, receives_follow_the_matcher_and_credit_waits_past_t
           .receive([&](envelope& e) { EXPECT_EQ(e.data.view(), std::to_string(i) + body); },
                    [](caf::error& e) { ADD_FAILURE() << describe(e); });
     }
-    EXPECT_TRUE(eventually([&] { return transport->released.load() == 10 * one + 8; }))
+    EXPECT_TRUE(eventually(
+        [&] { return transport->released.load() == 10 * one_credit + message_credit(8); }))
         << transport->released.load();
     s = stats_of(self, rank);
     EXPECT_EQ(s.unexpected, 0u);
@@ -344,9 +347,10 @@ TEST(node_backpressure_test, a_restarted_rank_actor_gives_back_the_credit_it_hel
           .receive([](sent_atom) {}, [](caf::error& e) { ADD_FAILURE() << describe(e); });
     }
     ASSERT_TRUE(eventually([&] { return stats_of(self, rank).unexpected == 8; }));
-    ASSERT_TRUE(eventually([&] { return transport->released.load() == 40; }));  // four under
+    ASSERT_TRUE(  // four under the bound
+        eventually([&] { return transport->released.load() == 4 * message_credit(10); }));
     self->send_exit(rank, caf::exit_reason::kill);
-    EXPECT_TRUE(eventually([&] { return transport->released.load() == 80; }))
+    EXPECT_TRUE(eventually([&] { return transport->released.load() == 8 * message_credit(10); }))
         << transport->released.load();
   }
   n->stop();
