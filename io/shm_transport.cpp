@@ -544,7 +544,7 @@ std::size_t shm_transport::drain(std::size_t budget) {
       if (record_prefix + align_up(hlen, 8) + plen > len) return bad("inline payload length");
     } else {
       const auto area_pos = load<std::uint64_t>(body);
-      // The area head was stored before the ring head we acquired, so relaxed suffices.
+      // The area head was stored before the word0 we acquired, so relaxed suffices.
       const auto area_head = rx_ctl_->area_head.load(std::memory_order_relaxed);
       if (align_up(record_prefix + align_up(hlen, 8) + 8, record_align) != len ||
           area_pos < rx_area_.position() ||
