@@ -92,7 +92,8 @@ class link_sender {
   /// one already seen is harmless and ignored.
   result<std::size_t> on_ack(std::uint64_t cumulative_seq);
 
-  /// The peer grants `bytes` more credit (payload bytes, plus message_overhead per message). link_credit_overflow past max_credit.
+  /// The peer grants `bytes` more credit (payload bytes, plus message_overhead per message).
+  /// link_credit_overflow past max_credit.
   result<void> on_credit(std::uint64_t bytes);
 
   /// After a reconnect: the peer's hello says it has every frame up to `peer_last_seq_seen`.

@@ -391,12 +391,14 @@ int flood(vessel::comm& c, long messages, long sleep_ms) {
     for (long i = 0; i < messages; ++i) {
       long got = -1;
       c.recv(std::as_writable_bytes(std::span{&got, 1}), 0, 10, 120s);
-      check(got == i, "flood out of order at " + std::to_string(i) + ": got " + std::to_string(got));
+      check(got == i,
+            "flood out of order at " + std::to_string(i) + ": got " + std::to_string(got));
     }
     const std::byte done{1};
     c.send({&done, 1}, 0, 11);
     const auto m = c.matching_stats();
-    std::printf("OK rank 1 flood: received %ld in order, unexpected peak %zu bytes, %llu withheld\n",
+    std::printf("OK rank 1 flood: received %ld in order, unexpected peak %zu bytes, "
+                "%llu withheld\n",
                 messages, m.unexpected_peak_bytes,
                 static_cast<unsigned long long>(m.credit_withheld));
   }
@@ -611,7 +613,10 @@ int pull(vessel::comm& c, bool refuse) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: p2p_ranks allpairs|cut|land|timeouts|backpressure|flood|collectives|serve|pull ...");
+  if (argc < 2) {
+    die("usage: p2p_ranks allpairs|cut|land|timeouts|backpressure|flood|collectives|serve|pull "
+        "...");
+  }
   const std::string mode = argv[1];
   auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
   try {
