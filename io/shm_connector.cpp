@@ -54,6 +54,10 @@ result<shm_segment> create_tx_segment(const shm_config& config) noexcept {
   header->ring_bytes = config.ring_bytes;
   header->area_bytes = config.area_bytes;
   new (seg.data() + shm::cache_line) shm::ring_control{};
+  // The kernel zeroed these pages out of the cache: written once more here, the ring starts
+  // in this core's caches instead of in DRAM, so the first pass over it (~8k small frames)
+  // costs what every later pass does (it was 1.7x slower per 8-byte collective, perf notes).
+  std::memset(seg.data() + shm::ring_offset, 0, config.ring_bytes);
   return seg;
 }
 

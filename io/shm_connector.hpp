@@ -25,8 +25,11 @@ namespace vessel::io {
 /// Sizes and timings of a shared-memory link. Every key with its default; printable.
 struct shm_config {
   /// Frame-ring bytes of the direction we send on (power of two): records of small frames and
-  /// descriptors of large ones. 1 MiB holds ~20k small frames.
-  std::size_t ring_bytes = std::size_t{1} << 20;
+  /// descriptors of large ones. 128 KiB holds 1,024 records of an 8-byte message (two lines
+  /// each), what a mesh link's credit lets in flight anyway (4 MiB window, 4 KiB a message).
+  /// Small enough to stay in the core's cache: over a 1 MiB ring an 8-byte p2p took 1.24-1.28 µs
+  /// for its first ~10k messages against 0.90-0.97 here (docs/io_performance.md).
+  std::size_t ring_bytes = std::size_t{1} << 17;
   /// Payload-area bytes of the direction we send on (power of two): large payloads are written
   /// there once and read in place. A record takes at most half of it, so it must be at least
   /// twice the largest payload we send (a mesh fragment: 256 KiB), rounded to 64 bytes. Small
