@@ -4,7 +4,6 @@
 #include <array>
 #include <atomic>
 #include <bit>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -17,6 +16,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "actors/env.hpp"
 #include "actors/trace_recorder.hpp"
 #include "io/cross_memory.hpp"
 #include "io/log.hpp"
@@ -59,7 +59,7 @@ constexpr std::size_t default_lend_threshold = std::size_t{1} << 20;
 /// caller's memory for the receiver to read in one copy (process_vm_readv) instead of passing
 /// the bytes through the shm ring (two copies, one on each side); VESSEL_PULL_BYTES overrides it
 /// (0: never). docs/io_performance.md, "One copy: the receiver reads the sender's memory".
-constexpr std::size_t default_pull_threshold = std::size_t{256} << 10;
+constexpr std::size_t default_pull_threshold = actors::default_pull_bytes;
 /// ... and of at most this many: a larger message no longer stays in the caches, and then the
 /// ring's two copies, one on each core at once, beat the receiver's one (2-4 MiB streams: 7.4-8.7
 /// against 9.3-9.7 GB/s).
@@ -73,17 +73,12 @@ constexpr std::chrono::milliseconds pull_ready_wait{1};
 /// A byte count from `name` (0 turns the feature off: the largest size_t), or `fallback`.
 std::size_t threshold_from(const actors::env_view& env, const char* name, std::size_t fallback,
                            const char* what_zero_means) {
-  const std::optional<std::string> v = env.get(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || errno != 0 || v->front() == '-') {
-    throw comm_error{actors::comm_errc::not_initialized, std::string{name} + "=" + *v +
-                                                             ": not a byte count (0 " +
-                                                             what_zero_means + ")"};
+  auto n = actors::env_byte_count(env, name, fallback);
+  if (!n) {
+    throw comm_error{actors::comm_errc::not_initialized,
+                     n.error().detail + " (0 " + what_zero_means + ")"};
   }
-  return n == 0 ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(n);
+  return n.value() == 0 ? std::numeric_limits<std::size_t>::max() : n.value();
 }
 
 /// In a first chunk's header offset: the message is lent (send_lent), so this chunk carries no

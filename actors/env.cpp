@@ -40,4 +40,17 @@ detailed_result<long long> env_number(const env_view& env, std::string_view name
   return n;
 }
 
+detailed_result<std::size_t> env_byte_count(const env_view& env, std::string_view name,
+                                            std::size_t fallback) {
+  auto v = env.get(name);
+  if (!v) return fallback;
+  std::size_t n = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+  if (v->empty() || ec != std::errc{} || p != v->data() + v->size()) {
+    return fail(make_error_code(errc::malformed_number),
+                std::string{name} + "=" + *v + ": not a byte count");
+  }
+  return n;
+}
+
 }  // namespace vessel::actors

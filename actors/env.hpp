@@ -3,6 +3,7 @@
 // tested without mutating the real environment (setenv is not thread-safe, and tests run in
 // parallel under ctest).
 
+#include <cstddef>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -39,5 +40,15 @@ class env_view {
 /// names the variable and what it held.
 detailed_result<long long> env_number(const env_view& env, std::string_view name,
                                       long long fallback);
+
+/// A byte count variable, 0 included: its value, `fallback` when unset, else an error whose
+/// detail reads "NAME=VALUE: not a byte count".
+detailed_result<std::size_t> env_byte_count(const env_view& env, std::string_view name,
+                                            std::size_t fallback);
+
+/// VESSEL_PULL_BYTES unset: a same-host transfer of this many bytes or more (a vessel::comm send,
+/// a collective's chunk) is read by the receiver from the sender's memory, in one copy
+/// (docs/io_performance.md, "One copy: the receiver reads the sender's memory").
+inline constexpr std::size_t default_pull_bytes = std::size_t{256} << 10;
 
 }  // namespace vessel::actors

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -13,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "actors/env.hpp"
 #include "actors/kv_store_client.hpp"
 #include "actors/message_matcher.hpp"
 #include "actors/runtime.hpp"
@@ -37,9 +37,6 @@ constexpr std::size_t header_bytes = 8;  // step, chunk: two little-endian u32
 constexpr std::size_t default_chunk_bytes = std::size_t{1} << 20;
 constexpr std::uint32_t not_a_member = ~std::uint32_t{0};
 
-/// Chunks of a collective whose chunks are this large go to a same-host peer as offers
-/// (chunk_offer.hpp); VESSEL_PULL_BYTES overrides it, as it does vessel::comm's (0: never).
-constexpr std::size_t default_pull_bytes = std::size_t{256} << 10;
 /// An offered chunk reduced into place is read in pieces of this many bytes (a multiple of
 /// every element size), small enough that each is still in cache when it is reduced.
 constexpr std::size_t pull_piece_bytes = std::size_t{128} << 10;
@@ -102,19 +99,16 @@ std::chrono::milliseconds rejoin_wait() {
   return std::chrono::milliseconds{ms > 0 ? ms : 60000};
 }
 
-/// VESSEL_PULL_BYTES (vessel::comm reads it too), or default_pull_bytes; 0 turns offers off.
+/// VESSEL_PULL_BYTES (vessel::comm reads it too), or actors::default_pull_bytes; 0 turns offers
+/// off.
 result<std::size_t> pull_bytes_from_env(std::uint32_t rank) {
-  const char* v = std::getenv("VESSEL_PULL_BYTES");
-  if (v == nullptr) return default_pull_bytes;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (*v == '\0' || *v == '-' || *end != '\0' || errno != 0) {
-    logger().error("rank {}: VESSEL_PULL_BYTES={}: not a byte count (0 turns pulling off)", rank,
-                   v);
+  auto n = actors::env_byte_count(actors::env_view::process(), "VESSEL_PULL_BYTES",
+                                  actors::default_pull_bytes);
+  if (!n) {
+    logger().error("rank {}: {} (0 turns pulling off)", rank, n.error().detail);
     return errc::invalid_argument;
   }
-  return static_cast<std::size_t>(n);
+  return n.value();
 }
 
 std::string rank_list(const std::vector<std::uint32_t>& ranks) {
