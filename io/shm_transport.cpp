@@ -447,11 +447,16 @@ void shm_transport::poll() noexcept {
 // during a spin or soon after a sleep began (on_wake).
 // The spin also gives way to the reactor's other work: a post waiting behind it (from an app
 // thread that answers what we just delivered) would otherwise wait out the whole budget, and
-// every hop of a ping-pong through the runtime or the node cost max_spin.
+// every hop of a ping-pong through the runtime or the node cost max_spin. It looks for that work
+// between every two pauses, not every 32: a pause takes ~20 ns on the EPYC VMs, and an actor
+// resident on the reactor (actors/reactor_hosted.hpp) makes several posts per message, each of
+// which waited out the 32 (0.7 µs: alone, this took the hosted actor's 8-byte latency from 8.4
+// to 5.2 µs).
 shm_transport::spin_result shm_transport::spin_for_frames() {
   if (spin_budget_.count() <= 0) return spin_result::nothing;
-  const auto deadline = std::chrono::steady_clock::now() + spin_budget_;
-  do {
+  // The clock is first read after 32 pauses: most spins end sooner, and a read costs 30-40 ns.
+  std::chrono::steady_clock::time_point deadline{};
+  for (;;) {
     for (int i = 0; i < 32; ++i) {
       if (record_ready() || (want_writable_ && has_room())) {
         ++shm_stats_.spin_hits;
@@ -459,10 +464,16 @@ shm_transport::spin_result shm_transport::spin_for_frames() {
         failed_spins_ = 0;
         return spin_result::frames;
       }
+      if (reactor_.work_waiting()) return spin_result::other_work;
       cpu_relax();
     }
-    if (reactor_.work_waiting()) return spin_result::other_work;
-  } while (std::chrono::steady_clock::now() < deadline);
+    const auto now = std::chrono::steady_clock::now();
+    if (deadline == std::chrono::steady_clock::time_point{}) {
+      deadline = now + spin_budget_;
+    } else if (now >= deadline) {
+      break;
+    }
+  }
   spin_budget_ /= 2;
   if (spin_budget_ < std::chrono::microseconds{1}) spin_budget_ = std::chrono::nanoseconds{0};
   // Full spins that keep failing on a busy link mean the peer cannot run while we spin (more
