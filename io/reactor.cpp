@@ -335,8 +335,10 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
     }
     if (clock::now() - last_cancel_ >= cancel_retry) cancel_all();
     max_wait = std::min<std::chrono::nanoseconds>(max_wait, cancel_retry);
-  } else if (timers_.size() == 0 || max_wait <= std::chrono::nanoseconds::zero()) {
-    // nothing bounds the wait, or there is none
+  } else if (timers_.size() == 0 || max_wait <= std::chrono::nanoseconds::zero() ||
+             !local_.empty() || !refused_.empty()) {
+    // nothing bounds the wait, or there is none (work queued here: this turn does not wait, and
+    // a resident actor's hop is a turn, so a second clock read would be on its path)
   } else if (auto deadline = timers_.next_deadline()) {
     const auto until = *deadline - clock::now();
     max_wait = std::min<std::chrono::nanoseconds>(max_wait, std::max(until, clock::duration::zero()));
@@ -360,12 +362,16 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
   if (sleep) {
     wait(max_wait);
     state_.fetch_and(~sleeping_bit, std::memory_order_acq_rel);
-  } else if (!lent_) {
+  } else if (!lent_ && (local_.empty() || ++submits_held_ >= max_submits_held)) {
     // A borrower prepares SQEs but leaves submitting to the reactor thread, which takes the loop
     // back within lend_linger: an op belongs to the thread that submitted it, and a blocking one
     // (the eventfd and timerfd READs run in that thread's io-wq) is cancelled when the thread
     // exits, which a caller's thread may do at any time. What a borrower needs at once, it
     // polls (loop_poller: shm rings, TCP sockets).
+    // With work posted for the next turn (a resident actor's next hop) the SQEs wait for it, a
+    // few at most: an enter costs ~1 µs on a PVM guest, and the recv re-armed after a reply
+    // would otherwise be submitted between the reply's arrival and the actor that answers it.
+    submits_held_ = 0;
     io_uring_submit(&ring_);
   }
   reap();
