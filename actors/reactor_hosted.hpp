@@ -9,7 +9,7 @@
 // its sends are drained: per direction one crossing is left on each side, the app's.
 //
 // CAF schedules an actor by calling `exec_later` on the execution unit passed to its `enqueue`
-// (or `launch`); `on_reactor_thread<Base>` passes a reactor_execution_unit whatever the sender
+// (or `launch`); `on_reactor_thread<Base>` passes its own resident_unit whatever the sender
 // passed. The unit posts a resumption to the reactor, bounded to `max_throughput` messages so that
 // I/O is served between resumptions. Actors the resident one sends to or spawns are not residents
 // and go to CAF's scheduler, and so does everything once the reactor has stopped.
@@ -27,12 +27,36 @@
 namespace vessel::actors {
 
 class reactor_execution_unit;
+class reactor_resident;
+
+/// A resident's own execution unit, passed to CAF whenever the resident is enqueued, launched or
+/// resumed. A job it is asked to run is either the resident itself (posted to the reactor), or an
+/// actor the resident sent to while running here (CAF's scheduler: residents pass their own unit
+/// when enqueued, so they never reach another's). Telling the two apart is a pointer comparison:
+/// a shared unit needs a cross-cast per message, and that dynamic_cast (its type names compared
+/// by strcmp across shared objects) was 5% of a hosted ping-pong's profile.
+class resident_unit final : public caf::execution_unit {
+ public:
+  resident_unit(reactor_execution_unit& host, reactor_resident& resident) noexcept;
+  /// Any thread.
+  void exec_later(caf::resumable* job) override;
+  reactor_execution_unit& host() const noexcept { return *host_; }
+
+ private:
+  reactor_execution_unit* host_;
+  reactor_resident* resident_;
+};
 
 /// The side of a reactor-hosted actor that its execution unit sees.
 class reactor_resident {
  public:
-  explicit reactor_resident(reactor_execution_unit& unit) noexcept : unit_{&unit} {}
-  reactor_execution_unit& unit() const noexcept { return *unit_; }
+  explicit reactor_resident(reactor_execution_unit& host) noexcept : own_unit_{host, *this} {}
+  reactor_resident(const reactor_resident&) = delete;
+  reactor_resident& operator=(const reactor_resident&) = delete;
+  /// The unit hosting this actor, shared with its other residents.
+  reactor_execution_unit& unit() const noexcept { return own_unit_.host(); }
+  /// The unit CAF is given for this actor.
+  resident_unit& own_unit() noexcept { return own_unit_; }
   /// The actor as CAF's scheduler sees it.
   virtual caf::resumable* job() noexcept = 0;
 
@@ -40,7 +64,7 @@ class reactor_resident {
   ~reactor_resident() = default;
 
  private:
-  reactor_execution_unit* unit_;
+  resident_unit own_unit_;
 };
 
 class reactor_execution_unit final : public caf::execution_unit {
@@ -50,12 +74,16 @@ class reactor_execution_unit final : public caf::execution_unit {
                          std::size_t max_throughput = 32) noexcept;
 
   /// Any thread. A resident of this unit is resumed on the reactor thread; any other job, or a
-  /// resident once the reactor has stopped, is handed to CAF's scheduler.
+  /// resident once the reactor has stopped, is handed to CAF's scheduler. Residents schedule
+  /// themselves through their own_unit(), without the cast this needs.
   void exec_later(caf::resumable* job) override;
 
   io::reactor& reactor() const noexcept { return reactor_; }
 
  private:
+  friend class resident_unit;
+  /// Posts a run of `resident` to the reactor, or hands it to CAF's scheduler once it stopped.
+  void schedule(reactor_resident& resident);
   static void resume(void* resident) noexcept;
 
   io::reactor& reactor_;
@@ -72,10 +100,10 @@ class on_reactor_thread : public Base, public reactor_resident {
 
   using Base::enqueue;
   void enqueue(caf::mailbox_element_ptr ptr, caf::execution_unit*) override {
-    Base::enqueue(std::move(ptr), &unit());
+    Base::enqueue(std::move(ptr), &own_unit());
   }
   void launch(caf::execution_unit*, bool lazy, bool hide) override {
-    Base::launch(&unit(), lazy, hide);
+    Base::launch(&own_unit(), lazy, hide);
   }
   caf::resumable* job() noexcept override { return this; }
 };

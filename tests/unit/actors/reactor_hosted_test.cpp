@@ -1,6 +1,7 @@
 // Actors hosted on a reactor thread (actors/reactor_hosted.hpp): their messages are handled on
-// that thread, in order, however many come at once; actors they talk to stay on CAF's workers; a
-// busy reactor delays them; a stopped one hands them to CAF's scheduler.
+// that thread, in order, however many come at once; plain actors they talk to stay on CAF's
+// workers, residents they talk to on the reactor; a busy reactor delays them; a stopped one hands
+// them to CAF's scheduler.
 
 #include "actors/reactor_hosted.hpp"
 
@@ -83,6 +84,19 @@ TEST_F(reactor_hosted_test, actors_it_talks_to_stay_on_cafs_workers) {
       .receive([](int, bool on_reactor) { EXPECT_FALSE(on_reactor); },
                [](caf::error& e) { FAIL() << caf::to_string(e); });
   testing::kill_and_wait(self, plain);
+  testing::kill_and_wait(self, a);
+}
+
+TEST_F(reactor_hosted_test, residents_that_talk_to_each_other_stay_on_the_reactor_thread) {
+  caf::scoped_actor self{sys()};
+  auto a = sys().spawn<probe>(unit_.get());
+  auto b = sys().spawn<probe>(unit_.get());
+  for (int i = 0; i < 20; ++i) {
+    self->request(a, 5s, forward_atom::value, b)
+        .receive([](int, bool on_reactor) { EXPECT_TRUE(on_reactor); },
+                 [](caf::error& e) { FAIL() << caf::to_string(e); });
+  }
+  testing::kill_and_wait(self, b);
   testing::kill_and_wait(self, a);
 }
 
