@@ -60,10 +60,11 @@ constexpr std::size_t default_lend_threshold = std::size_t{1} << 20;
 /// the bytes through the shm ring (two copies, one on each side); VESSEL_PULL_BYTES overrides it
 /// (0: never). docs/io_performance.md, "One copy: the receiver reads the sender's memory".
 constexpr std::size_t default_pull_threshold = actors::default_pull_bytes;
-/// ... and of at most this many: a larger message no longer stays in the caches, and then the
-/// ring's two copies, one on each core at once, beat the receiver's one (2-4 MiB streams: 7.4-8.7
-/// against 9.3-9.7 GB/s).
-constexpr std::size_t max_pull_bytes = std::size_t{1} << 20;
+/// ... and of at most this many: beyond it the ring's two copies, one on each core at once, beat
+/// the receiver's one. 1 MiB was pulled until the AMD VMs (2026-12-04): there a 1 MiB message
+/// through the ring streamed at 18.3-23.5 GB/s against 12.0-18.3 pulled, and ping-ponged in 52-56
+/// µs against 141-183 (docs/io_performance.md, "1 MiB through the ring again").
+constexpr std::size_t max_pull_bytes = std::size_t{512} << 10;
 
 /// How long a pulled send waits for the receiver to take its offer before it sends the bytes the
 /// ordinary way: a receiver that is late must not hold its sender (nor two ranks that both send

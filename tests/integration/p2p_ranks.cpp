@@ -499,7 +499,7 @@ int serve(vessel::comm& c, long ms) {
   return 0;
 }
 
-/// Single-copy sends between 2 ranks over shm (sizes from VESSEL_PULL_BYTES, 256 KiB, to 1 MiB):
+/// Single-copy sends between 2 ranks over shm (sizes from VESSEL_PULL_BYTES, 256 KiB, to 512 KiB):
 /// a receiver already waiting reads each message from the sender's memory; one that comes late
 /// (the sender waited 1 ms) gets it the ordinary way; two ranks that both send first, then
 /// receive, do not wait for each other; a buffer too small refuses the message whole. With
@@ -509,8 +509,8 @@ int pull(vessel::comm& c, bool refuse) {
   check(c.size() == 2, "pull needs 2 ranks");
   const std::uint32_t me = c.rank();
   const std::uint32_t peer = 1 - me;
-  const std::vector<std::size_t> sizes = {std::size_t{256} << 10, (std::size_t{512} << 10) + 3,
-                                          std::size_t{1} << 20};
+  const std::vector<std::size_t> sizes = {std::size_t{256} << 10, (std::size_t{384} << 10) + 3,
+                                          std::size_t{512} << 10};
   std::uint64_t seed = 900;
   auto expect_message = [&](std::span<const std::byte> got, std::size_t size, std::uint64_t s,
                             const std::string& what) {
@@ -558,7 +558,7 @@ int pull(vessel::comm& c, bool refuse) {
   // Both send first, then receive.
   {
     ++seed;
-    std::vector<std::byte> out(std::size_t{768} << 10);
+    std::vector<std::byte> out(std::size_t{320} << 10);
     fill(out, seed * 2 + me);
     c.send(out, peer, 7);
     const vessel::recv_status st = c.recv(in, peer, 7, 30s);
@@ -570,7 +570,7 @@ int pull(vessel::comm& c, bool refuse) {
   // A buffer too small: refused whole, and the next message still arrives.
   ++seed;
   if (me == 0) {
-    std::vector<std::byte> out(std::size_t{1} << 20);
+    std::vector<std::byte> out(std::size_t{512} << 10);
     fill(out, seed);
     std::this_thread::sleep_for(20ms);
     c.send(out, 1, 8);
@@ -579,7 +579,7 @@ int pull(vessel::comm& c, bool refuse) {
   } else {
     bool refused = false;
     try {
-      c.recv(std::span{in}.first(std::size_t{512} << 10), 0, 8, 30s);
+      c.recv(std::span{in}.first(std::size_t{384} << 10), 0, 8, 30s);
     } catch (const vessel::comm_error& e) {
       refused = e.code() == vessel::actors::comm_errc::buffer_too_small;
     }
