@@ -13,6 +13,12 @@ constexpr std::uint64_t make_id(std::uint32_t index, std::uint32_t generation) n
   return (std::uint64_t{generation} << 32) | (std::uint64_t{index} + 1);
 }
 
+/// What a queued message keeps from its pool: the whole block, whatever part of it the message
+/// fills (a 256 KiB message holds a 1 MiB block of the runtime's pool).
+std::size_t held_bytes(const p2p_message& m) noexcept {
+  return std::max(m.payload.size(), m.payload.owner().size());
+}
+
 }  // namespace
 
 message_matcher::message_matcher(matcher_config config, credit_sink& sink)
@@ -155,6 +161,7 @@ void message_matcher::queue_unexpected(p2p_message&& message) {
   unexpected_node& n = unexpected_[index];
   const std::uint32_t source = message.source;
   const std::size_t bytes = message.payload.size();
+  const std::size_t held = held_bytes(message);
   n.message = std::move(message);
 
   n.next = nil;
@@ -179,8 +186,9 @@ void message_matcher::queue_unexpected(p2p_message&& message) {
   ++stats_.unexpected_messages;
   stats_.unexpected_bytes += bytes;
   stats_.unexpected_peak_bytes = std::max(stats_.unexpected_peak_bytes, stats_.unexpected_bytes);
+  stats_.unexpected_held_bytes += held;
 
-  if (!over_bound_ && (stats_.unexpected_bytes > config_.max_unexpected_bytes ||
+  if (!over_bound_ && (stats_.unexpected_held_bytes > config_.max_unexpected_bytes ||
                        stats_.unexpected_messages > config_.max_unexpected_messages)) {
     over_bound_ = true;
     ++stats_.backpressure_episodes;
@@ -219,6 +227,7 @@ p2p_message message_matcher::take_unexpected(std::uint32_t index) {
   n.message = p2p_message{};
   --stats_.unexpected_messages;
   stats_.unexpected_bytes -= out.payload.size();
+  stats_.unexpected_held_bytes -= held_bytes(out);
   if (n.credit_held) sink_.release(out.source, message_credit(out.payload.size()));
   n.credit_held = false;
   free_unexpected_.push_back(index);  // capacity reserved: no allocation below the high water
@@ -228,7 +237,9 @@ p2p_message message_matcher::take_unexpected(std::uint32_t index) {
 
 void message_matcher::update_bound() {
   if (!over_bound_) return;
-  if (stats_.unexpected_bytes > low_bytes_ || stats_.unexpected_messages > low_messages_) return;
+  if (stats_.unexpected_held_bytes > low_bytes_ || stats_.unexpected_messages > low_messages_) {
+    return;
+  }
   over_bound_ = false;
   // Drained: what is still queued counts against the bound again, so its credit may flow.
   for (std::uint32_t i = unexpected_all_.head; i != nil; i = unexpected_[i].next) {

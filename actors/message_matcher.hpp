@@ -15,7 +15,11 @@
 // its bound. Past the bound the message is still kept (the link already holds its bytes) but its
 // credit is withheld, so each sender can push at most one link window more; the credit is
 // returned when the message is taken or the queue drains below its low-water mark. Memory is
-// thus bounded by max_unexpected_bytes plus one window per source.
+// thus bounded by max_unexpected_bytes plus one window per source. The bytes bound counts the
+// pool blocks the queued messages hold, not their lengths: a size class of the pool holds the
+// bound's worth of its own blocks, and counted by length, 256 KiB messages in 1 MiB blocks
+// emptied the class at a quarter of the bound (the link then had to reconnect to shed a
+// message: a 256 KiB stream over shm fell from 22 to 2 GB/s).
 //
 // Nodes of both queues come from free lists that grow only when a high-water mark is passed:
 // no allocation per message in steady state.
@@ -53,7 +57,8 @@ using receive_id = std::uint64_t;
 /// Bounds of a matcher. Every key with its default.
 struct matcher_config {
   std::uint32_t world_size = 1;                   ///< sources are 0 .. world_size - 1
-  std::size_t max_unexpected_bytes = 256u << 20;  ///< past this, credit is withheld
+  std::size_t max_unexpected_bytes = 256u << 20;  ///< past this much pool memory held, credit is
+                                                  ///< withheld
   std::size_t max_unexpected_messages = 65536;    ///< same, counting messages
   /// Withheld credit is returned once the queue is below this fraction of both bounds (hysteresis:
   /// no pause/resume flapping at the edge).
@@ -82,7 +87,8 @@ struct matcher_stats {
   std::uint64_t credit_withheld = 0;  ///< messages buffered past the bound
   std::uint64_t backpressure_episodes = 0;
   std::size_t unexpected_messages = 0;  ///< now
-  std::size_t unexpected_bytes = 0;     ///< now
+  std::size_t unexpected_bytes = 0;     ///< now: the messages' lengths
+  std::size_t unexpected_held_bytes = 0;  ///< now: the pool blocks they hold (the bound's measure)
   std::size_t unexpected_peak_bytes = 0;
   std::size_t pending_receives = 0;  ///< now
 };

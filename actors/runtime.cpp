@@ -229,9 +229,11 @@ bool runtime::wait_events(std::uint32_t seen, clock::time_point deadline) const 
 runtime_options runtime_options::defaults() {
   runtime_options o;
   // Reassembly blocks and the unexpected queue share this pool, per size class: each class must
-  // hold the queue's bound (64 MiB, 1024 messages) plus a link window (4 MiB) from every peer,
-  // or the link finds no block and must reconnect to shed the message (peer_link). The regions
-  // are address space, touched only as used (~800 MiB reserved, not resident).
+  // hold the queue's bound (64 MiB of blocks held, 1024 messages) plus what a link window (4 MiB
+  // of credit) from every peer brings past it, or the link finds no block and must reconnect to
+  // shed the message (peer_link). The window is counted in message bytes, so in the 1 MiB class
+  // a peer's window is up to 15 blocks (of 256 KiB messages): 128 blocks cover 64 + 15 x 4 peers.
+  // The regions are address space, touched only as used (~800 MiB reserved, not resident).
   // Blocks of 2^k + 64 bytes: a power-of-two message plus comm's 16-byte chunk header fits the
   // class of its size instead of the next one (a 1 MiB message would otherwise take 4 MiB).
   o.mesh.pool = io::buffer_pool_config{{{4096 + 64, 8192},

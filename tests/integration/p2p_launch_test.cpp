@@ -92,6 +92,18 @@ TEST_F(p2p_launch, posted_receives_take_messages_in_place_over_tcp_and_shm) {
   }
 }
 
+TEST_F(p2p_launch, messages_queued_for_a_sleeping_receiver_never_run_the_pool_dry) {
+  // 200 KiB messages take 1 MiB blocks of the receive pool (128 of them); counted by their
+  // lengths, the unexpected queue's 64 MiB bound let 320 in, and the link reconnected to shed
+  // what found no block. Over shm too (below VESSEL_PULL_BYTES: no offer, the ring carries them).
+  for (const char* transport : {"tcp", "shm"}) {
+    SCOPED_TRACE(transport);
+    launch_result r = run(2, transport, {"queued", "200", "200", "300"});
+    expect_all_ok(r);
+    std::printf("%s: %s%s", transport, r.outputs[0].c_str(), r.outputs[1].c_str());
+  }
+}
+
 TEST_F(p2p_launch, shm_receivers_read_large_messages_from_the_senders_memory) {
   launch_result r = run(2, "shm", {"pull"});
   expect_all_ok(r);

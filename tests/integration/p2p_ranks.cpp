@@ -405,6 +405,42 @@ int flood(vessel::comm& c, long messages, long sleep_ms) {
   return 0;
 }
 
+/// Rank 0 sends `messages` of `kib` KiB while rank 1 sleeps, so they queue as unexpected
+/// messages, each in a block of the receive pool's class for its size. The queue's bound must
+/// stop the sender (credit withheld) before that class runs dry: a link that finds no block
+/// reconnects to shed the message. Both ranks check that their link never reconnected.
+int queued(vessel::comm& c, long kib, long messages, long sleep_ms) {
+  check(c.size() >= 2, "queued needs 2 ranks");
+  std::vector<std::byte> buf(static_cast<std::size_t>(kib) << 10, std::byte{0x3c});
+  if (c.rank() == 0) {
+    for (long i = 0; i < messages; ++i) {
+      std::memcpy(buf.data(), &i, sizeof i);
+      c.send(buf, 1, 12);
+    }
+    std::byte done{};
+    c.recv({&done, 1}, 1, 13, 120s);
+  } else if (c.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{sleep_ms});
+    for (long i = 0; i < messages; ++i) {
+      const vessel::recv_status st = c.recv(buf, 0, 12, 120s);
+      long got = -1;
+      std::memcpy(&got, buf.data(), sizeof got);
+      check(st.bytes == buf.size() && got == i, "queued stream out of order at " + std::to_string(i));
+    }
+    const std::byte done{1};
+    c.send({&done, 1}, 0, 13);
+  }
+  if (c.rank() > 1) return 0;
+  const auto s = c.link_stats(1 - c.rank());
+  const auto m = c.matching_stats();
+  std::printf("OK rank %u queued: %ld messages of %ld KiB, reconnects %llu, unexpected peak %zu "
+              "KiB, %llu withheld\n",
+              c.rank(), messages, kib, static_cast<unsigned long long>(s.reconnects),
+              m.unexpected_peak_bytes >> 10, static_cast<unsigned long long>(m.credit_withheld));
+  check(s.reconnects == 0, "the link reconnected (its receive pool ran out of blocks)");
+  return 0;
+}
+
 int collectives(vessel::comm& c) {
   const std::uint32_t n = c.size();
   for (int round = 0; round < 5; ++round) c.barrier(60s);
@@ -624,8 +660,8 @@ int pull(vessel::comm& c, bool refuse) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    die("usage: p2p_ranks allpairs|cut|land|timeouts|backpressure|flood|collectives|serve|pull "
-        "...");
+    die("usage: p2p_ranks allpairs|cut|land|timeouts|backpressure|flood|queued|collectives|serve|"
+        "pull ...");
   }
   const std::string mode = argv[1];
   auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
@@ -652,6 +688,8 @@ int main(int argc, char** argv) {
       rc = backpressure(c, arg(2, 1024), arg(3, 2000), arg(4, 256));
     } else if (mode == "flood") {
       rc = flood(c, arg(2, 100000), arg(3, 1000));
+    } else if (mode == "queued") {
+      rc = queued(c, arg(2, 200), arg(3, 200), arg(4, 300));
     } else if (mode == "collectives") {
       rc = collectives(c);
     } else if (mode == "bench") {

@@ -43,6 +43,7 @@ class matcher_test : public ::testing::Test {
     return p2p_message{src, tag, stamp, test::payload(pool_, len, stamp)};
   }
 
+  static constexpr std::size_t block_bytes = 65536;  // test::small_pool_config's one class
   io::buffer_pool pool_{test::small_pool_config(512)};
   recording_sink sink_;
 };
@@ -260,7 +261,7 @@ TEST_F(matcher_test, ranks_outside_the_world_are_refused) {
 
 TEST_F(matcher_test, buffered_messages_release_credit_until_the_bound_then_withhold_it) {
   matcher_config c = config(2);
-  c.max_unexpected_bytes = 4 * 1000;
+  c.max_unexpected_bytes = 4 * block_bytes;  // the bound counts the blocks the messages hold
   c.resume_fraction = 0.5;
   message_matcher m{c, sink_};
   for (int i = 0; i < 4; ++i) ASSERT_FALSE(m.arrive(msg(1, 0, i, 1000)).value());
@@ -278,21 +279,42 @@ TEST_F(matcher_test, buffered_messages_release_credit_until_the_bound_then_withh
   auto first = m.post_receive(1, 0, 0).value();  // takes #0 (not held)
   EXPECT_EQ(stamp_of(*first.message), 0u);
   EXPECT_EQ(sink_.released[1], 4 * message_credit(1000));
-  EXPECT_TRUE(m.over_bound()) << "6000 bytes left, low water is 2000";
+  EXPECT_TRUE(m.over_bound()) << "6 blocks left, low water is 2";
 
-  m.post_receive(1, 0, 0).value();  // #1 -> 5000
-  m.post_receive(1, 0, 0).value();  // #2 -> 4000
-  m.post_receive(1, 0, 0).value();  // #3 -> 3000
+  m.post_receive(1, 0, 0).value();  // #1 -> 5 blocks
+  m.post_receive(1, 0, 0).value();  // #2 -> 4
+  m.post_receive(1, 0, 0).value();  // #3 -> 3
   EXPECT_TRUE(m.over_bound());
   EXPECT_EQ(sink_.released[1], 4 * message_credit(1000));
-  m.post_receive(1, 0, 0).value();  // #4 (held) -> 2000: drained, the rest is released too
+  m.post_receive(1, 0, 0).value();  // #4 (held) -> 2: drained, the rest is released too
   EXPECT_FALSE(m.over_bound());
   EXPECT_EQ(sink_.released[1], 7 * message_credit(1000)) << "every message is credited back once";
   EXPECT_EQ(sink_.transitions, (std::vector<bool>{true, false}));
   m.post_receive(1, 0, 0).value();
   m.post_receive(1, 0, 0).value();
   EXPECT_EQ(sink_.released[1], 7 * message_credit(1000));
-  EXPECT_EQ(m.stats().unexpected_peak_bytes, 7000u);
+  EXPECT_EQ(m.stats().unexpected_peak_bytes, 7000u) << "the lengths, not the blocks";
+  EXPECT_EQ(m.stats().unexpected_held_bytes, 0u);
+}
+
+TEST_F(matcher_test, the_bytes_bound_counts_the_blocks_that_small_messages_hold) {
+  // A pool hands out whole blocks: 100-byte messages in 64 KiB blocks fill the pool's class at
+  // the bound's number of blocks, long before their lengths add up to it.
+  matcher_config c = config(2);
+  c.max_unexpected_bytes = 2 * block_bytes;
+  message_matcher m{c, sink_};
+  ASSERT_FALSE(m.arrive(msg(1, 0, 0, 100)).value());
+  ASSERT_FALSE(m.arrive(msg(1, 0, 1, 100)).value());
+  EXPECT_FALSE(m.over_bound());
+  EXPECT_EQ(m.stats().unexpected_bytes, 200u);
+  EXPECT_EQ(m.stats().unexpected_held_bytes, 2 * block_bytes);
+  ASSERT_FALSE(m.arrive(msg(1, 0, 2, 100)).value());
+  EXPECT_TRUE(m.over_bound()) << "three blocks held, two allowed";
+  EXPECT_EQ(sink_.released[1], 2 * message_credit(100));
+  for (int i = 0; i < 3; ++i) m.post_receive(1, 0, 0).value();
+  EXPECT_FALSE(m.over_bound());
+  EXPECT_EQ(sink_.released[1], 3 * message_credit(100));
+  EXPECT_EQ(m.stats().unexpected_held_bytes, 0u);
 }
 
 TEST_F(matcher_test, message_count_bound_also_withholds_credit) {
