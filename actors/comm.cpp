@@ -93,8 +93,9 @@ constexpr std::uint64_t lent_layout = std::uint64_t{1} << 63;
 //   receiver -> sender, on pull_control_tag(cookie, pull_ready): it has matched the offer;
 //   sender -> receiver, on the message's tag: go (a bare header, pull_go_layout) if that came
 //     within pull_ready_wait, else the message itself as an ordinary send;
-//   receiver -> sender, on pull_control_tag(cookie, pull_done): pulled, or not (then the sender
-//     sends the message the ordinary way, as after a late "ready").
+//   receiver -> sender, on pull_control_tag(cookie, pull_done): pulled; discarded (the receive
+//     had nowhere to put it and fails, as with a pushed message too large for its buffer); or
+//     not (then the sender sends the message the ordinary way, as after a late "ready").
 // Only the sender decides between go and the ordinary send, so the receiver never reads memory
 // that the sender has stopped offering.
 constexpr std::uint64_t pull_offer_layout = std::uint64_t{1} << 62;
@@ -110,7 +111,7 @@ struct pull_offer {
 };
 
 enum pull_control : std::uint64_t { pull_ready = 0, pull_done = 1 };
-enum pull_result : std::uint64_t { pulled = 0, not_pulled = 1 };
+enum pull_result : std::uint64_t { pulled = 0, not_pulled = 1, discarded = 2 };
 
 /// Reserved tags with bit 61 set (comm's collectives number their calls in bits 16..60,
 /// collectives::communicator uses bit 62): cookie and kind.
@@ -402,9 +403,11 @@ struct comm::impl {
     std::uint64_t result = not_pulled;
     if (done.length == sizeof result) std::memcpy(&result, done.payload.data(), sizeof result);
     done.payload.reset();
-    if (result == pulled) {
+    if (result == pulled || result == discarded) {
+      // Discarded: the receive failed, as a pushed message too large for its buffer does, and
+      // the send is done all the same.
       const std::lock_guard lock{pull_mutex};
-      ++pulls.pulled;
+      ++(result == pulled ? pulls.pulled : pulls.discarded);
       return true;
     }
     logger().warn("rank {}: rank {} could not read this process's memory; messages to it go "
@@ -445,7 +448,7 @@ struct comm::impl {
                                            io::process_token{offer.token}};
         ec = io::pull_from_process(from, offer.address, destination);
       }
-      const std::uint64_t result = ec ? not_pulled : pulled;
+      const std::uint64_t result = destination.empty() ? discarded : ec ? not_pulled : pulled;
       send_small(st.source, pull_control_tag(offer.cookie, pull_done),
                  std::as_bytes(std::span{&result, 1}), st.tag);
       if (!ec) {

@@ -109,6 +109,8 @@ struct pull_stats {
   std::uint64_t pulled = 0;      ///< ... that the receiver read
   std::uint64_t taken_late = 0;  ///< ... sent the ordinary way: the receiver took the offer late
   std::uint64_t refused = 0;     ///< ... sent the ordinary way: the receiver could not read it
+  std::uint64_t discarded = 0;   ///< ... that the receiver refused whole: its buffer was too
+                                 ///< small (its receive failed with buffer_too_small)
   std::uint64_t pulls_done = 0;  ///< receives that read a sender's buffer
 };
 

@@ -628,18 +628,19 @@ int pull(vessel::comm& c, bool refuse) {
 
   const vessel::pull_stats p = c.pull_stats();
   std::printf("OK rank %u pull: offered %llu, pulled %llu, taken late %llu, refused %llu, "
-              "read %llu\n",
+              "discarded %llu, read %llu\n",
               me, static_cast<unsigned long long>(p.offered),
               static_cast<unsigned long long>(p.pulled),
               static_cast<unsigned long long>(p.taken_late),
               static_cast<unsigned long long>(p.refused),
+              static_cast<unsigned long long>(p.discarded),
               static_cast<unsigned long long>(p.pulls_done));
   if (refuse) {
     if (me == 0) {
       // The refusal reached us. How many offers went before it depends on the receiver: one
       // descheduled for 1 ms on a loaded machine takes offers late, and until it refuses one,
-      // the next send offers again; an offer of the too-large message then counts as pulled
-      // here (the receiver, with nowhere to put it, reads nothing: its pulls_done is 0 below).
+      // the next send offers again; an offer of the too-large message then comes back
+      // discarded (the receiver, with nowhere to put it, reads nothing: its pulls_done is 0).
       check(p.refused >= 1, "a refusal (offered " + std::to_string(p.offered) + ", refused " +
                                 std::to_string(p.refused) + ", taken late " +
                                 std::to_string(p.taken_late) + ", pulled " +
@@ -650,6 +651,10 @@ int pull(vessel::comm& c, bool refuse) {
     // Any offer may come late on a loaded machine (a receiver descheduled for 1 ms); the 3 of
     // the late phase always do.
     check(p.pulled >= 1 && p.taken_late >= 3 && p.refused == 0, "offers taken and late ones");
+    // The too-large message was refused whole: discarded if its offer was taken, else it went
+    // the ordinary way (late); never counted as pulled.
+    check(p.discarded <= 1 && p.pulled + p.taken_late + p.discarded == p.offered,
+          "every offer counted once (discarded " + std::to_string(p.discarded) + ")");
   } else {
     check(p.pulls_done >= 1, "messages read from the sender's memory");
   }
