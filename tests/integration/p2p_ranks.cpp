@@ -252,7 +252,9 @@ int land(vessel::comm& c) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       std::vector<std::byte> out(sizes[i]);
       fill(out, 40 + i);
-      std::this_thread::sleep_for(100ms);  // rank 1 is in recv by then
+      // Rank 1 is in recv by then: it checks each message over 16 MiB first, which under ASan,
+      // with the suite's other ranks on both cores, once took longer than 100 ms.
+      std::this_thread::sleep_for(250ms);
       c.send(out, 1, 7);
     }
     std::printf("OK rank 0 land: sent %zu\n", sizes.size());
