@@ -7,7 +7,7 @@ namespace vessel::actors {
 
 reactor_execution_unit::reactor_execution_unit(caf::actor_system& sys, io::reactor& reactor,
                                                std::size_t max_throughput) noexcept
-    : caf::execution_unit{&sys}, reactor_{reactor}, max_throughput_{max_throughput} {}
+    : sys_{sys}, reactor_{reactor}, max_throughput_{max_throughput} {}
 
 resident_unit::resident_unit(reactor_execution_unit& host, reactor_resident& resident) noexcept
     : caf::execution_unit{&host.system()}, host_{&host}, resident_{&resident} {}
@@ -20,20 +20,11 @@ void resident_unit::exec_later(caf::resumable* job) {
   }
 }
 
-void reactor_execution_unit::exec_later(caf::resumable* job) {
-  auto* resident = dynamic_cast<reactor_resident*>(job);
-  if (resident != nullptr && &resident->unit() == this) {
-    schedule(*resident);
-  } else {
-    system().scheduler().enqueue(job);
-  }
-}
-
 void reactor_execution_unit::schedule(reactor_resident& resident) {
   // CAF schedules a job once per time its mailbox goes from blocked to non-empty, holding a
   // reference for the scheduled run (released in resume()), so at most one run is posted per job.
   if (!reactor_.post(io::work_item{&reactor_execution_unit::resume, &resident}))
-    system().scheduler().enqueue(resident.job());
+    sys_.scheduler().enqueue(resident.job());
 }
 
 void reactor_execution_unit::resume(void* ctx) noexcept {

@@ -67,25 +67,25 @@ class reactor_resident {
   resident_unit own_unit_;
 };
 
-class reactor_execution_unit final : public caf::execution_unit {
+/// The reactor thread that residents share. CAF never sees it as an execution unit: each
+/// resident hands CAF its own resident_unit, which schedules through this.
+class reactor_execution_unit final {
  public:
   /// `reactor` and `sys` must outlive every actor hosted here.
   reactor_execution_unit(caf::actor_system& sys, io::reactor& reactor,
                          std::size_t max_throughput = 32) noexcept;
 
-  /// Any thread. A resident of this unit is resumed on the reactor thread; any other job, or a
-  /// resident once the reactor has stopped, is handed to CAF's scheduler. Residents schedule
-  /// themselves through their own_unit(), without the cast this needs.
-  void exec_later(caf::resumable* job) override;
-
   io::reactor& reactor() const noexcept { return reactor_; }
+  caf::actor_system& system() const noexcept { return sys_; }
 
  private:
   friend class resident_unit;
-  /// Posts a run of `resident` to the reactor, or hands it to CAF's scheduler once it stopped.
+  /// Any thread. Posts a run of `resident` to the reactor, or hands it to CAF's scheduler once
+  /// the reactor has stopped.
   void schedule(reactor_resident& resident);
   static void resume(void* resident) noexcept;
 
+  caf::actor_system& sys_;
   io::reactor& reactor_;
   std::size_t max_throughput_;
 };
