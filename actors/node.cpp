@@ -119,6 +119,7 @@ node::node(node_config config, transport_factory make_transport)
                                           ? caf::atom("sharing")
                                           : caf::atom("stealing"));
   system_ = std::make_unique<caf::actor_system>(caf_config_);
+  pool_room_ = std::make_unique<actors::pool_room>(*pool_);
   if (auto started = reactor_.start(); !started) {
     throw std::system_error(started.error(), "node: the reactor did not start");
   }

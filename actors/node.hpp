@@ -38,6 +38,7 @@
 #include "actors/message_matcher.hpp"
 #include "actors/node_transport.hpp"
 #include "actors/outbox.hpp"
+#include "actors/pool_room.hpp"
 #include "actors/reactor_hosted.hpp"
 #include "actors/supervisor.hpp"
 #include "io/buffer_pool.hpp"
@@ -118,6 +119,12 @@ class node {
   io::reactor& reactor() noexcept { return reactor_; }
   /// Blocks for payloads (any thread).
   io::buffer_pool& pool() noexcept { return *pool_; }
+  /// Any thread. For an actor that found pool() empty: `who` gets an actors::pool_room_atom once
+  /// a block of `bytes` may be free again, instead of polling on a timer (actors/pool_room.hpp).
+  /// False when no class of the pool holds `bytes`.
+  bool notify_when_pool_has_room(std::size_t bytes, caf::actor who) {
+    return pool_room_->notify_when_free(bytes, std::move(who));
+  }
 
   /// The rank actor now (a supervisor may replace it: ask again after a failure); invalid while
   /// it is being restarted.
@@ -162,6 +169,7 @@ class node {
   std::unique_ptr<io::buffer_pool> pool_;
   caf::actor_system_config caf_config_;
   std::unique_ptr<caf::actor_system> system_;
+  std::unique_ptr<actors::pool_room> pool_room_;  // holds actor handles: gone before system_
   // Null: the rank actor runs on CAF's workers. Declared before the reactor, which may run a last
   // posted resumption as it is destroyed.
   std::unique_ptr<actors::reactor_execution_unit> rank_host_;
