@@ -29,15 +29,20 @@ spdlog::logger& logger() { return log::get("actors"); }
 
 }  // namespace
 
-node_launch_options node_launch_options::defaults() {
-  node_launch_options o;
-  o.node.pool = io::buffer_pool_config{
-      {{4096, 1024}, {65536, 256}, {std::size_t{1} << 20, 16}}, false};
+node_launch_options node_launch_options::defaults() { return node_launch_options{}; }
+
+node_config node_launch_options::default_node() {
+  node_config c;
+  c.pool = io::buffer_pool_config{{{4096, 1024}, {65536, 256}, {std::size_t{1} << 20, 16}}, false};
+  return c;
+}
+
+actors::mesh_config node_launch_options::default_mesh() {
+  actors::mesh_config c;
   // Receive blocks hold the rank actor's unexpected queue (its bound) plus a link window from
   // every peer; address space only, touched as used.
-  o.mesh.pool = io::buffer_pool_config{
-      {{4096, 8192}, {65536, 1024}, {std::size_t{1} << 20, 64}}, false};
-  return o;
+  c.pool = io::buffer_pool_config{{{4096, 8192}, {65536, 1024}, {std::size_t{1} << 20, 64}}, false};
+  return c;
 }
 
 actors::detailed_result<void> node_launch_options::apply_env(const actors::env_view& env) {

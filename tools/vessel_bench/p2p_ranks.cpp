@@ -86,11 +86,12 @@ class comm_channel final : public p2p_channel {
 /// The actor API: a launched_node (what an actor app starts: bootstrap, store, mesh, binding),
 /// driven through its rank actor with CAF request/response from a scoped actor (what an app
 /// outside the actor system does). A message larger than one pool block goes as several
-/// rank-actor sends of one block each. Pools as the comm facade's runtime has them (pre-faulted).
+/// rank-actor sends of one block each. The pools are those an actor app gets by default
+/// (node_launch_options): neither pre-faulted, so the warm-up round touches what the run uses.
 class actor_channel : public p2p_channel {
  public:
   actor_channel() {
-    auto launched = launched_node::start(actors::env_view::process(), node_launch_options{});
+    auto launched = launched_node::start(actors::env_view::process());
     if (!launched) fail("launch: " + launched.error().message());
     launched_ = std::move(launched).value();
     if (launched_->launch().world_size != 2) fail("needs a world of 2 ranks");
@@ -206,7 +207,6 @@ void blocking_stream(p2p_channel& ch, std::span<std::byte> msg, std::size_t iter
 }
 
 using loop_atom = caf::atom_constant<caf::atom("p2ploop")>;
-using retry_atom = caf::atom_constant<caf::atom("retry")>;
 
 /// The two loops as an event-based app actor on the node's reactor thread, beside the rank actor:
 /// every send and receive is a request to the rank actor, continued in its response handler, as
@@ -233,7 +233,7 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
           next();
           return done_;
         },
-        [this](retry_atom) {
+        [this](actors::pool_room_atom) {
           auto again = std::move(retry_);
           retry_ = nullptr;
           if (again) again();
@@ -281,9 +281,11 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
                                       std::span<const std::byte>{buf_}.subspan(offset, n));
     if (!p) {
       if (p.error() != io::errc::pool_exhausted) return fail("payload: " + p.error().message());
-      // Blocks still held by the link: the loop must run to get them back, so wait, not spin.
+      // Blocks still held by the links (until the peer acks them), which run on this thread:
+      // wait for one to come back rather than poll on a CAF timer, which runs on a thread of
+      // its own and, with this rank bound to one core, fired 0.7-1.7 ms after the 20 µs asked.
       retry_ = [=, this] { send_all(tag, size, offset, k); };
-      delayed_send(this, std::chrono::microseconds{20}, retry_atom::value);
+      if (!node_->notify_when_pool_has_room(n, this)) fail("payload: no pool class holds it");
       return;
     }
     request(rank_actor_, caf::infinite, actors::send_atom::value, peer(), tag, std::move(p).value())
