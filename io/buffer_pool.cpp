@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -116,6 +117,43 @@ void return_block(block_ctl* ctl) noexcept {
   }
 }
 
+/// A private anonymous region of `bytes` (a multiple of the page size). One of 2 MiB or more, with
+/// `huge`, starts on a 2 MiB boundary and is advised for transparent huge pages (best effort: a
+/// kernel without THP leaves it in small pages). Throws std::system_error when mmap fails.
+void* map_region(std::size_t bytes, bool populate, bool huge) {
+  constexpr std::size_t huge_page = std::size_t{2} << 20;
+  const auto fail = [&] {
+    throw std::system_error(errno, std::system_category(),
+                            "buffer_pool: mmap of " + std::to_string(bytes) + " bytes");
+  };
+  if (!huge || bytes < huge_page) {
+    void* region = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
+    if (region == MAP_FAILED) fail();
+    return region;
+  }
+  // Over-map by one huge page, keep the aligned part: THP only backs aligned 2 MiB ranges.
+  void* raw = ::mmap(nullptr, bytes + huge_page, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) fail();
+  auto* base = static_cast<std::byte*>(raw);
+  const auto addr = reinterpret_cast<std::uintptr_t>(base);
+  auto* region = reinterpret_cast<std::byte*>((addr + huge_page - 1) & ~(huge_page - 1));
+  const std::size_t head = static_cast<std::size_t>(region - base);
+  if (head != 0) ::munmap(base, head);
+  if (const std::size_t tail = huge_page - head; tail != 0) ::munmap(region + bytes, tail);
+  (void)::madvise(region, bytes, MADV_HUGEPAGE);
+  // After the advice, so that the pre-fault takes huge pages too. A kernel before 5.14 has no
+  // MADV_POPULATE_WRITE: write to each page instead.
+  if (populate && ::madvise(region, bytes, MADV_POPULATE_WRITE) != 0) {
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    for (std::size_t at = 0; at < bytes; at += page) {
+      static_cast<volatile std::byte*>(static_cast<void*>(region))[at] = std::byte{0};
+    }
+  }
+  return region;
+}
+
 void slice_out_of_range(std::size_t offset, std::size_t length, std::size_t size) noexcept {
   std::fprintf(stderr, "vessel::io: slice [%zu, +%zu) is outside a buffer of %zu bytes; aborting\n",
                offset, length, size);
@@ -162,9 +200,6 @@ buffer_pool::buffer_pool(const buffer_pool_config& config) {
             [](const auto& a, const auto& b) { return a.block_size < b.block_size; });
 
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  // MAP_POPULATE pre-faults a private writable mapping with write faults, so every page is
-  // backed here, once, rather than on the first receive into it.
-  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (config.populate ? MAP_POPULATE : 0);
 
   classes_.reserve(sorted.size());
   regions_.reserve(sorted.size());
@@ -173,11 +208,7 @@ buffer_pool::buffer_pool(const buffer_pool_config& config) {
       const std::size_t bytes = c.block_size * c.block_count;
       const std::size_t mapped = (bytes + page - 1) / page * page;
       auto owned = std::make_unique<detail::size_class>();
-      void* region = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, flags, -1, 0);
-      if (region == MAP_FAILED) {
-        throw std::system_error(errno, std::system_category(),
-                                "buffer_pool: mmap of " + std::to_string(mapped) + " bytes");
-      }
+      void* region = detail::map_region(mapped, config.populate, config.huge_pages);
       // Owned by classes_ from here on, so that the catch below unmaps it whatever throws next.
       detail::size_class* cls = owned.get();
       cls->region = static_cast<std::byte*>(region);
