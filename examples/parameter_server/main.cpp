@@ -22,11 +22,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -34,6 +36,8 @@
 #include "actors/actor_errc.hpp"
 #include "actors/actor_interfaces.hpp"
 #include "actors/node_launch.hpp"
+#include "actors/pool_room.hpp"
+#include "io/errc.hpp"
 
 namespace {
 
@@ -86,17 +90,37 @@ struct layout {
   }
 };
 
-// A payload with `h` and `values` from the node's pool (waits while the pool is empty).
-va::payload make_message(vessel::io::buffer_pool& pool, header h, const double* values,
-                         std::size_t count) {
-  std::vector<std::byte> bytes(sizeof(header) + count * sizeof(double));
-  std::memcpy(bytes.data(), &h, sizeof h);
-  if (count > 0) std::memcpy(bytes.data() + sizeof h, values, count * sizeof(double));
-  for (int attempt = 0;; ++attempt) {
-    auto p = va::payload::copy_of(pool, bytes);
+std::size_t message_bytes(std::size_t count) {
+  return sizeof(header) + count * sizeof(double);
+}
+
+// A payload with `h` and `values` from the node's pool; io::errc::pool_exhausted while the links
+// hold every block (until the peers ack them).
+vessel::result<va::payload> try_message(vessel::io::buffer_pool& pool, header h,
+                                        const double* values, std::size_t count) {
+  auto block = pool.try_acquire(message_bytes(count));
+  if (!block) {
+    if (!pool.class_for(message_bytes(count))) return std::make_error_code(std::errc::message_size);
+    return vessel::io::errc::pool_exhausted;
+  }
+  std::memcpy(block.data(), &h, sizeof h);
+  if (count > 0) std::memcpy(block.data() + sizeof h, values, count * sizeof(double));
+  return va::payload{std::move(block).slice(0, message_bytes(count))};
+}
+
+// The same for a blocking actor: waits for the node's word that a block is back.
+va::payload build_message(caf::blocking_actor* self, vessel::node& node, header h,
+                          const double* values, std::size_t count) {
+  for (;;) {
+    auto p = try_message(node.pool(), h, values, count);
     if (p) return std::move(p).value();
-    if (attempt > 10000) throw std::runtime_error("payload pool exhausted: " + p.error().message());
-    std::this_thread::sleep_for(1ms);
+    if (p.error() != vessel::io::errc::pool_exhausted ||
+        !node.notify_when_pool_has_room(message_bytes(count), caf::actor_cast<caf::actor>(self))) {
+      throw std::runtime_error("payload: " + p.error().message());
+    }
+    bool back = false;
+    self->receive([&](va::pool_room_atom) { back = true; }, caf::after(120s) >> [] {});
+    if (!back) throw std::runtime_error("payload pool empty for 120 s");
   }
 }
 
@@ -112,20 +136,36 @@ struct shard_state {
   layout lay;
   std::uint32_t shard = 0;
   va::rank_actor rank;
-  vessel::io::buffer_pool* pool = nullptr;
+  vessel::node* node = nullptr;
   std::vector<double> values;
   std::uint64_t pushes = 0;
   std::vector<std::uint32_t> final_waiters;  // workers whose final pull waits for the last push
   std::uint32_t finals_sent = 0;             // the shard quits once every worker has its final
+  // Replies waiting for a payload block (worker, final?), in order: sent on pool_room_atom.
+  std::deque<std::pair<std::uint32_t, bool>> replies_waiting;
   std::shared_ptr<std::atomic<int>> failures;
   static inline const char* name = "ps.shard";
 };
 
-void shard_reply(caf::stateful_actor<shard_state>* self, std::uint32_t worker, bool last) {
+// Sends the shard's values to `worker`; false when the pool has no block now (the node then tells
+// the shard, which retries: an event-based actor must not sleep in a handler).
+bool try_shard_reply(caf::stateful_actor<shard_state>* self, std::uint32_t worker, bool last) {
   auto& st = self->state;
-  auto msg = make_message(*st.pool, header{op::pull, st.shard, st.pushes}, st.values.data(),
-                          st.values.size());
-  self->request(st.rank, caf::infinite, va::send_atom::value, worker, tag_reply, std::move(msg))
+  auto msg = try_message(st.node->pool(), header{op::pull, st.shard, st.pushes}, st.values.data(),
+                         st.values.size());
+  if (!msg) {
+    if (msg.error() == vessel::io::errc::pool_exhausted &&
+        st.node->notify_when_pool_has_room(message_bytes(st.values.size()),
+                                           caf::actor_cast<caf::actor>(self))) {
+      return false;
+    }
+    std::fprintf(stderr, "shard %u: reply: %s\n", st.shard, msg.error().message().c_str());
+    ++*st.failures;
+    self->quit();
+    return true;
+  }
+  self->request(st.rank, caf::infinite, va::send_atom::value, worker, tag_reply,
+                std::move(msg).value())
       .then(
           [self, last](va::sent_atom) {
             if (last && ++self->state.finals_sent == self->state.lay.world) self->quit();
@@ -136,6 +176,21 @@ void shard_reply(caf::stateful_actor<shard_state>* self, std::uint32_t worker, b
             ++*self->state.failures;
             self->quit();
           });
+  return true;
+}
+
+// Replies go out in the order they were asked for: behind any that wait for a block.
+void shard_reply(caf::stateful_actor<shard_state>* self, std::uint32_t worker, bool last) {
+  auto& waiting = self->state.replies_waiting;
+  if (waiting.empty() && try_shard_reply(self, worker, last)) return;
+  waiting.emplace_back(worker, last);
+}
+
+void shard_retry_replies(caf::stateful_actor<shard_state>* self) {
+  auto& waiting = self->state.replies_waiting;
+  while (!waiting.empty() && try_shard_reply(self, waiting.front().first, waiting.front().second)) {
+    waiting.pop_front();
+  }
 }
 
 // Every push is in: check the shard, answer the final pulls that waited.
@@ -146,9 +201,10 @@ void shard_finish(caf::stateful_actor<shard_state>* self) {
     if (st.values[i] != st.lay.expected(st.lay.begin(st.shard) + i)) ++wrong;
   }
   if (wrong > 0) ++*st.failures;
-  std::printf("shard %u [%zu, %zu): %llu pushes applied, %s\n", st.shard, st.lay.begin(st.shard),
-              st.lay.end(st.shard), static_cast<unsigned long long>(st.pushes),
-              wrong == 0 ? "values match" : ("WRONG: " + std::to_string(wrong) + " values").c_str());
+  std::printf(
+      "shard %u [%zu, %zu): %llu pushes applied, %s\n", st.shard, st.lay.begin(st.shard),
+      st.lay.end(st.shard), static_cast<unsigned long long>(st.pushes),
+      wrong == 0 ? "values match" : ("WRONG: " + std::to_string(wrong) + " values").c_str());
   std::fflush(stdout);
   for (auto w : st.final_waiters) shard_reply(self, w, true);
   st.final_waiters.clear();
@@ -209,17 +265,17 @@ void shard_receive(caf::stateful_actor<shard_state>* self) {
 }
 
 caf::behavior shard_actor(caf::stateful_actor<shard_state>* self, layout lay, std::uint32_t shard,
-                          va::rank_actor rank, vessel::io::buffer_pool* pool,
+                          va::rank_actor rank, vessel::node* node,
                           std::shared_ptr<std::atomic<int>> failures) {
   auto& st = self->state;
   st.lay = lay;
   st.shard = shard;
   st.rank = rank;
-  st.pool = pool;
+  st.node = node;
   st.values.assign(lay.end(shard) - lay.begin(shard), 0.0);
   st.failures = std::move(failures);
   shard_receive(self);
-  return {[](const std::string&) {}};  // requests only: nothing comes unasked
+  return {[self](va::pool_room_atom) { shard_retry_replies(self); }};
 }
 
 }  // namespace
@@ -248,9 +304,9 @@ void send_or_fail(caf::blocking_actor* self, const va::rank_actor& rank, std::ui
 // Pulls every shard (final: waits for the last push) into `params`.
 void pull_all(caf::blocking_actor* self, const va::rank_actor& rank, const worker_context& cx,
               op what, std::uint64_t step, std::vector<double>& params) {
-  auto& pool = cx.node->pool();
   for (std::uint32_t s = 0; s < cx.lay.servers; ++s) {
-    send_or_fail(self, rank, s, make_message(pool, header{what, cx.self, step}, nullptr, 0), cx);
+    send_or_fail(self, rank, s,
+                 build_message(self, *cx.node, header{what, cx.self, step}, nullptr, 0), cx);
   }
   for (std::uint32_t s = 0; s < cx.lay.servers; ++s) {
     self->request(rank, caf::infinite, va::recv_atom::value, s, tag_reply, caf::timespan{120s})
@@ -295,10 +351,10 @@ void worker_body(caf::blocking_actor* self, worker_context cx) {
         for (std::size_t i = 0; i < grad.size(); ++i) {
           grad[i] = layout::gradient(cx.self, t, cx.lay.begin(s) + i);
         }
-        send_or_fail(self, rank, s,
-                     make_message(cx.node->pool(), header{op::push, cx.self, t}, grad.data(),
-                                  grad.size()),
-                     cx);
+        send_or_fail(
+            self, rank, s,
+            build_message(self, *cx.node, header{op::push, cx.self, t}, grad.data(), grad.size()),
+            cx);
       }
     }
     pull_all(self, rank, cx, op::final_pull, cx.lay.steps, params);
@@ -307,10 +363,11 @@ void worker_body(caf::blocking_actor* self, worker_context cx) {
       if (params[i] != cx.lay.expected(i)) ++wrong;
     }
     if (wrong > 0 || stale > 0) ++*cx.failures;
-    std::printf("worker %u: %llu steps, pulls saw own pushes: %s; final parameters (%zu values) %s\n",
-                cx.self, static_cast<unsigned long long>(cx.lay.steps),
-                stale == 0 ? "yes" : ("NO (" + std::to_string(stale) + ")").c_str(), cx.lay.dims,
-                wrong == 0 ? "match" : ("WRONG: " + std::to_string(wrong) + " differ").c_str());
+    std::printf(
+        "worker %u: %llu steps, pulls saw own pushes: %s; final parameters (%zu values) %s\n",
+        cx.self, static_cast<unsigned long long>(cx.lay.steps),
+        stale == 0 ? "yes" : ("NO (" + std::to_string(stale) + ")").c_str(), cx.lay.dims,
+        wrong == 0 ? "match" : ("WRONG: " + std::to_string(wrong) + " differ").c_str());
     std::fflush(stdout);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "worker %u: %s\n", cx.self, e.what());
@@ -344,8 +401,8 @@ bool parse_options(int argc, char** argv, options& o) {
 int main(int argc, char** argv) {
   options opt;
   if (!parse_options(argc, argv, opt)) {
-    std::fprintf(stderr,
-                 "usage: %s [--dims N] [--steps N] [--servers N] [--drop-connection]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--dims N] [--steps N] [--servers N] [--drop-connection]\n",
+                 argv[0]);
     return 2;
   }
   auto launched = vessel::launched_node::start();
@@ -379,8 +436,8 @@ int main(int argc, char** argv) {
     caf::scoped_actor self{node.system()};
     std::vector<caf::actor> running;
     if (node.rank() < lay.servers) {
-      running.push_back(node.system().spawn(shard_actor, lay, node.rank(), node.rank_actor(),
-                                            &node.pool(), failures));
+      running.push_back(
+          node.system().spawn(shard_actor, lay, node.rank(), node.rank_actor(), &node, failures));
     }
     running.push_back(node.system().spawn(
         worker_body, worker_context{lay, node.rank(), &node, opt.drop_connection, failures}));

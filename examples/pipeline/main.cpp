@@ -30,6 +30,8 @@
 #include "actors/actor_errc.hpp"
 #include "actors/actor_interfaces.hpp"
 #include "actors/node_launch.hpp"
+#include "actors/pool_room.hpp"
+#include "io/errc.hpp"
 
 namespace {
 
@@ -64,17 +66,25 @@ struct stage_context {
   bool ok = true;
 };
 
-va::payload make_payload(vessel::io::buffer_pool& pool, std::span<const std::byte> bytes) {
-  for (int attempt = 0;; ++attempt) {
-    auto p = va::payload::copy_of(pool, bytes);
+// A payload of `bytes` from the node's pool. While the pool is empty (the links hold its blocks
+// until the peers ack them) the stage waits for the node's word that a block is back.
+va::payload make_payload(caf::blocking_actor* self, vessel::node& node,
+                         std::span<const std::byte> bytes) {
+  for (;;) {
+    auto p = va::payload::copy_of(node.pool(), bytes);
     if (p) return std::move(p).value();
-    if (attempt > 10000) throw std::runtime_error("payload pool exhausted: " + p.error().message());
-    std::this_thread::sleep_for(1ms);
+    if (p.error() != vessel::io::errc::pool_exhausted ||
+        !node.notify_when_pool_has_room(bytes.size(), caf::actor_cast<caf::actor>(self))) {
+      throw std::runtime_error("payload: " + p.error().message());
+    }
+    bool back = false;
+    self->receive([&](va::pool_room_atom) { back = true; }, caf::after(120s) >> [] {});
+    if (!back) throw std::runtime_error("payload pool empty for 120 s");
   }
 }
 
 void send_to(caf::blocking_actor* self, const va::rank_actor& rank, std::uint32_t dst,
-          std::uint64_t tag, va::payload p) {
+             std::uint64_t tag, va::payload p) {
   self->request(rank, caf::infinite, va::send_atom::value, dst, tag, std::move(p))
       .receive([](va::sent_atom) {},
                [&](caf::error& e) {
@@ -84,7 +94,7 @@ void send_to(caf::blocking_actor* self, const va::rank_actor& rank, std::uint32_
 }
 
 va::envelope receive_from(caf::blocking_actor* self, const va::rank_actor& rank, std::uint32_t src,
-                     std::uint64_t tag, caf::timespan timeout) {
+                          std::uint64_t tag, caf::timespan timeout) {
   va::envelope out;
   self->request(rank, caf::infinite, va::recv_atom::value, src, tag, timeout)
       .receive([&](va::envelope& e) { out = std::move(e); },
@@ -120,7 +130,7 @@ void source_stage(caf::blocking_actor* self, stage_context& cx) {
   for (std::uint64_t seq = 1; seq <= cx.opt.items; ++seq) {
     const item_header h{seq, seq};
     std::memcpy(bytes.data(), &h, sizeof h);
-    send_to(self, rank, 1, tag_item, make_payload(cx.node->pool(), bytes));
+    send_to(self, rank, 1, tag_item, make_payload(self, *cx.node, bytes));
     consumed = poll_progress(self, rank, last, consumed);
     max_in_flight = std::max(max_in_flight, seq - consumed);
     if (seq % (cx.opt.report * 8) == 0) {
@@ -161,7 +171,7 @@ void middle_stage(caf::blocking_actor* self, stage_context& cx) {
     bytes.resize(e.data.size());
     std::memcpy(bytes.data(), e.data.view().data(), bytes.size());
     std::memcpy(bytes.data(), &h, sizeof h);
-    send_to(self, rank, cx.stage + 1, tag_item, make_payload(cx.node->pool(), bytes));
+    send_to(self, rank, cx.stage + 1, tag_item, make_payload(self, *cx.node, bytes));
   }
   std::printf("stage %u: forwarded %llu items\n", cx.stage,
               static_cast<unsigned long long>(cx.opt.items));
@@ -180,7 +190,7 @@ void sink_stage(caf::blocking_actor* self, stage_context& cx) {
     if (n % cx.opt.report == 0 || n == cx.opt.items) {
       std::byte b[sizeof n];
       std::memcpy(b, &n, sizeof n);
-      send_to(self, rank, 0, tag_progress, make_payload(cx.node->pool(), b));
+      send_to(self, rank, 0, tag_progress, make_payload(self, *cx.node, b));
     }
   }
   cx.ok = cx.ok && wrong == 0;
@@ -270,13 +280,11 @@ int main(int argc, char** argv) {
       std::min<std::uint64_t>(queue_messages, (queue_bytes + per_item - 1) / per_item + 1);
   const std::uint64_t window_items = queue_bytes / per_item + 2;
   const std::uint64_t link_items = (queue_bytes + per_item - 1) / per_item + 1;
-  cx.bound =
-      (cx.stages - 1) * (2 * queue_items + window_items + link_items + queue_messages + 2) +
-      opt.report;
+  cx.bound = (cx.stages - 1) * (2 * queue_items + window_items + link_items + queue_messages + 2) +
+             opt.report;
   if (my_rank == 0) {
     std::printf("pipeline: %u stages, %llu items of %zu bytes, last stage %u ms per item\n",
-                cx.stages, static_cast<unsigned long long>(opt.items), opt.item_bytes,
-                opt.slow_ms);
+                cx.stages, static_cast<unsigned long long>(opt.items), opt.item_bytes, opt.slow_ms);
     std::fflush(stdout);
   }
   {
