@@ -7,6 +7,7 @@
 #include <string>
 #include <system_error>
 
+#include <caf/blocking_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/system_messages.hpp>
@@ -265,6 +266,23 @@ void node::on_root_event(const actors::supervisor_event& e) {
     const auto peer = static_cast<std::uint32_t>(std::stoul(e.child.substr(5)));
     lost_peers_.insert(peer);
     log::get("actors").error("rank {}: peer {} is lost: {}", config_.rank, peer, e.reason);
+  }
+}
+
+result<actors::payload> node::copy_when_pool_has_room(caf::blocking_actor* self,
+                                                      std::span<const std::byte> bytes,
+                                                      caf::timespan timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto p = actors::payload::copy_of(*pool_, bytes);
+    if (p || p.error() != io::errc::pool_exhausted) return p;
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= caf::timespan::zero() ||
+        !notify_when_pool_has_room(bytes.size(), caf::actor_cast<caf::actor>(self))) {
+      return p;
+    }
+    // A notice may come late for an earlier request: harmless, the next try decides.
+    self->receive([](actors::pool_room_atom) {}, caf::after(left) >> [] {});
   }
 }
 

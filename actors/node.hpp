@@ -23,12 +23,14 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/fwd.hpp>
 
 #include "actors/actor_interfaces.hpp"
 #include "actors/detailed_error.hpp"
@@ -125,6 +127,12 @@ class node {
   bool notify_when_pool_has_room(std::size_t bytes, caf::actor who) {
     return pool_room_->notify_when_free(bytes, std::move(who));
   }
+  /// For blocking code (a blocking or scoped actor): payload::copy_of(pool(), bytes), waiting
+  /// while the pool is empty for `self` to hear that a block is back, up to `timeout` (finite).
+  /// io::errc::pool_exhausted once it passed; std::errc::message_size when no class holds `bytes`.
+  result<actors::payload> copy_when_pool_has_room(caf::blocking_actor* self,
+                                                  std::span<const std::byte> bytes,
+                                                  caf::timespan timeout);
 
   /// The rank actor now (a supervisor may replace it: ask again after a failure); invalid while
   /// it is being restarted.

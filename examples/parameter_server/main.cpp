@@ -90,38 +90,21 @@ struct layout {
   }
 };
 
-std::size_t message_bytes(std::size_t count) {
-  return sizeof(header) + count * sizeof(double);
+// A request or reply: `h`, then `values`.
+std::vector<std::byte> encode(header h, const double* values, std::size_t count) {
+  std::vector<std::byte> bytes(sizeof(header) + count * sizeof(double));
+  std::memcpy(bytes.data(), &h, sizeof h);
+  if (count > 0) std::memcpy(bytes.data() + sizeof h, values, count * sizeof(double));
+  return bytes;
 }
 
-// A payload with `h` and `values` from the node's pool; io::errc::pool_exhausted while the links
-// hold every block (until the peers ack them).
-vessel::result<va::payload> try_message(vessel::io::buffer_pool& pool, header h,
-                                        const double* values, std::size_t count) {
-  auto block = pool.try_acquire(message_bytes(count));
-  if (!block) {
-    if (!pool.class_for(message_bytes(count))) return std::make_error_code(std::errc::message_size);
-    return vessel::io::errc::pool_exhausted;
-  }
-  std::memcpy(block.data(), &h, sizeof h);
-  if (count > 0) std::memcpy(block.data() + sizeof h, values, count * sizeof(double));
-  return va::payload{std::move(block).slice(0, message_bytes(count))};
-}
-
-// The same for a blocking actor: waits for the node's word that a block is back.
+// A payload of the message from the node's pool, for a blocking actor: while the links hold every
+// block (until the peers ack them) it waits for the node's word that one is back.
 va::payload build_message(caf::blocking_actor* self, vessel::node& node, header h,
                           const double* values, std::size_t count) {
-  for (;;) {
-    auto p = try_message(node.pool(), h, values, count);
-    if (p) return std::move(p).value();
-    if (p.error() != vessel::io::errc::pool_exhausted ||
-        !node.notify_when_pool_has_room(message_bytes(count), caf::actor_cast<caf::actor>(self))) {
-      throw std::runtime_error("payload: " + p.error().message());
-    }
-    bool back = false;
-    self->receive([&](va::pool_room_atom) { back = true; }, caf::after(120s) >> [] {});
-    if (!back) throw std::runtime_error("payload pool empty for 120 s");
-  }
+  auto p = node.copy_when_pool_has_room(self, encode(h, values, count), 120s);
+  if (!p) throw std::runtime_error("payload: " + p.error().message());
+  return std::move(p).value();
 }
 
 header read_header(const va::payload& p) {
@@ -151,12 +134,12 @@ struct shard_state {
 // the shard, which retries: an event-based actor must not sleep in a handler).
 bool try_shard_reply(caf::stateful_actor<shard_state>* self, std::uint32_t worker, bool last) {
   auto& st = self->state;
-  auto msg = try_message(st.node->pool(), header{op::pull, st.shard, st.pushes}, st.values.data(),
-                         st.values.size());
+  const auto bytes =
+      encode(header{op::pull, st.shard, st.pushes}, st.values.data(), st.values.size());
+  auto msg = va::payload::copy_of(st.node->pool(), bytes);
   if (!msg) {
     if (msg.error() == vessel::io::errc::pool_exhausted &&
-        st.node->notify_when_pool_has_room(message_bytes(st.values.size()),
-                                           caf::actor_cast<caf::actor>(self))) {
+        st.node->notify_when_pool_has_room(bytes.size(), caf::actor_cast<caf::actor>(self))) {
       return false;
     }
     std::fprintf(stderr, "shard %u: reply: %s\n", st.shard, msg.error().message().c_str());

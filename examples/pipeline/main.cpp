@@ -30,8 +30,6 @@
 #include "actors/actor_errc.hpp"
 #include "actors/actor_interfaces.hpp"
 #include "actors/node_launch.hpp"
-#include "actors/pool_room.hpp"
-#include "io/errc.hpp"
 
 namespace {
 
@@ -70,17 +68,9 @@ struct stage_context {
 // until the peers ack them) the stage waits for the node's word that a block is back.
 va::payload make_payload(caf::blocking_actor* self, vessel::node& node,
                          std::span<const std::byte> bytes) {
-  for (;;) {
-    auto p = va::payload::copy_of(node.pool(), bytes);
-    if (p) return std::move(p).value();
-    if (p.error() != vessel::io::errc::pool_exhausted ||
-        !node.notify_when_pool_has_room(bytes.size(), caf::actor_cast<caf::actor>(self))) {
-      throw std::runtime_error("payload: " + p.error().message());
-    }
-    bool back = false;
-    self->receive([&](va::pool_room_atom) { back = true; }, caf::after(120s) >> [] {});
-    if (!back) throw std::runtime_error("payload pool empty for 120 s");
-  }
+  auto p = node.copy_when_pool_has_room(self, bytes, 120s);
+  if (!p) throw std::runtime_error("payload: " + p.error().message());
+  return std::move(p).value();
 }
 
 void send_to(caf::blocking_actor* self, const va::rank_actor& rank, std::uint32_t dst,

@@ -7,6 +7,10 @@
 
 #include <chrono>
 #include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -104,6 +108,38 @@ TEST(pool_room_node_test, the_nodes_payload_pool_tells_an_actor_when_it_has_room
     held = payload{};
     EXPECT_TRUE(notified(self, 5s));
     EXPECT_TRUE(payload::copy_of(n.pool(), "x"));
+  }
+  n.stop();
+}
+
+TEST(pool_room_node_test, blocking_code_gets_its_payload_once_a_block_is_back) {
+  node_config cfg;
+  cfg.pool = io::buffer_pool_config{{{4096, 1}}, false};
+  vessel::node n{cfg};
+  {
+    caf::scoped_actor self{n.system()};
+    std::optional<payload> held{payload::copy_of(n.pool(), "only block").value()};
+    const std::string_view text = "after the wait";
+    const auto bytes = std::as_bytes(std::span{text.data(), text.size()});
+
+    auto none = n.copy_when_pool_has_room(self.ptr(), bytes, 50ms);
+    ASSERT_FALSE(none);
+    EXPECT_EQ(none.error(), io::errc::pool_exhausted) << "the pool stayed empty past the timeout";
+
+    std::thread releaser{[&] {
+      std::this_thread::sleep_for(50ms);
+      held.reset();  // the link's ack, say, on another thread
+    }};
+    auto got = n.copy_when_pool_has_room(self.ptr(), bytes, 10s);
+    releaser.join();
+    ASSERT_TRUE(got) << got.error().message();
+    EXPECT_EQ(got.value().view(), text);
+
+    const std::string big(8192, 'x');
+    auto too_big = n.copy_when_pool_has_room(self.ptr(),
+                                             std::as_bytes(std::span{big.data(), big.size()}), 10s);
+    ASSERT_FALSE(too_big);
+    EXPECT_EQ(too_big.error(), std::make_error_code(std::errc::message_size));
   }
   n.stop();
 }
