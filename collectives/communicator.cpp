@@ -1113,6 +1113,10 @@ communicator::communicator(std::shared_ptr<collective_engine> engine,
                            communicator_options options)
     : engine_(std::move(engine)), group_(std::move(group)), options_(options) {
   ids().used(*engine_->rt, options_.id);
+  links_ = link_class::shared_memory;
+  for (std::uint32_t r = 0; r < size(); ++r) {
+    if (r != rank() && !engine_->rt->reaches_by_shm(world_rank(r))) links_ = link_class::mixed;
+  }
   if (const char* inc = std::getenv("VESSEL_INCARNATION"); inc != nullptr) {
     incarnation_ = static_cast<std::uint32_t>(std::strtoul(inc, nullptr, 10));
   }
@@ -1201,6 +1205,11 @@ std::uint32_t communicator::size() const noexcept {
 }
 std::uint32_t communicator::world_rank(std::uint32_t r) const noexcept {
   return r < group_->size() ? group_->members[r] : not_a_member;
+}
+
+result<std::string_view> communicator::algorithm_for(collective_op op, std::size_t bytes,
+                                                     std::string_view per_call) const {
+  return selector_.select(op, size(), bytes, per_call, links_);
 }
 
 std::unique_ptr<communicator> communicator::child(const std::vector<std::uint32_t>& members,
@@ -1318,7 +1327,7 @@ collective_request communicator::start(collective_op op, algorithm_params params
   const std::uint64_t sequence = sequence_++;
   if (params.root >= params.size) return {engine_, engine_->failed_state(op, errc::invalid_argument)};
 
-  auto name = selector_.select(op, params.size, message_bytes, o.algorithm);
+  auto name = algorithm_for(op, message_bytes, o.algorithm);
   if (!name) return {engine_, engine_->failed_state(op, name.error())};
   auto algo = make_algorithm(op, name.value(), params);
   if (!algo) return {engine_, engine_->failed_state(op, algo.error())};

@@ -206,6 +206,13 @@ class communicator {
   /// The runtime (world) rank of member `r` of this communicator.
   std::uint32_t world_rank(std::uint32_t r) const noexcept;
   algorithm_selector& selector() noexcept { return selector_; }
+  /// Whether every other member is reached by shared memory. The same on every member: the
+  /// pair rule (same host, VESSEL_TRANSPORT) is one every rank applies alike.
+  link_class links() const noexcept { return links_; }
+  /// The algorithm a call of `op` on `bytes` (as algorithm_selector::select counts them) runs
+  /// here: this communicator's size and links, `per_call` as call_options::algorithm.
+  result<std::string_view> algorithm_for(collective_op op, std::size_t bytes,
+                                         std::string_view per_call = {}) const;
 
   // -- New communicators. Collective over this one (every member calls, in the same order as
   // its other collectives); each burns one sequence number here.
@@ -317,6 +324,7 @@ class communicator {
   std::shared_ptr<const communicator_group> group_;
   communicator_options options_;
   algorithm_selector selector_;
+  link_class links_ = link_class::mixed;
   std::uint64_t sequence_ = 0;
   std::uint32_t incarnation_ = 0;
   std::optional<std::uint64_t> rejoin_sequence_;

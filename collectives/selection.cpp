@@ -165,6 +165,15 @@ std::span<const selection_rule> measured_rules() noexcept {
       // Re-measured 2026-12-01 on a quiet machine (4 rounds): the ring, which lands and lends its
       // chunks since, is ahead from 64 KiB on both transports (64-512 KiB: 0.76-0.94x the time).
       {op::allreduce, 2, 2, 32 * kib, "recursive_doubling"},
+      // Over shared memory (2026-12-05, 7 rounds of 3 runs in a slow and a fast stretch): from
+      // 512 KiB to 1 MiB the ring is bistable (1 MiB: 122-127 or 205-258 us), whole halves
+      // (Rabenseifner; on two ranks the ring's exchange without its pipelined chunks) are not
+      // (123-181), and never more than 5% slower than the ring's good runs. At 384 KiB and from
+      // 2 MiB the ring is as fast or faster in the fast stretch (2 MiB: 254-258 against 327-360;
+      // 16 MiB 3.8-4.2 against 6.9-8.8 ms), though not in the slow one. Over TCP the ring wins
+      // at every size (Rabenseifner 1.2-1.4x its time).
+      {op::allreduce, 2, 2, 384 * kib, "ring", true},
+      {op::allreduce, 2, 2, 1 * mib, "rabenseifner", true},
       {op::allreduce, 2, 2, SIZE_MAX, "ring"},
       // 4 ranks (2026-12-01, 5 rounds): over shm the ring is ahead from 16 KiB (64-256 KiB at
       // 0.56x recursive doubling's time); over TCP recursive doubling leads at 16 KiB,
@@ -263,8 +272,8 @@ result<void> algorithm_selector::force(collective_op op, std::string_view algori
 }
 
 result<std::string_view> algorithm_selector::select(collective_op op, std::uint32_t world,
-                                                    std::size_t bytes,
-                                                    std::string_view per_call) const {
+                                                    std::size_t bytes, std::string_view per_call,
+                                                    link_class links) const {
   if (index_of(op) >= all_collective_ops.size() || world == 0) return errc::invalid_argument;
   if (!means_table(per_call)) {
     if (auto name = canonical(op, per_call)) return *name;
@@ -274,6 +283,7 @@ result<std::string_view> algorithm_selector::select(collective_op op, std::uint3
     return *canonical(op, forced);
   }
   for (const selection_rule& rule : rules_[index_of(op)]) {
+    if (rule.shared_memory_only && links != link_class::shared_memory) continue;
     if (rule.min_world <= world && world <= rule.max_world && bytes <= rule.max_bytes) {
       return *canonical(op, rule.algorithm);
     }

@@ -2,13 +2,14 @@
 // Which algorithm runs a collective, from (operation, world size, message bytes).
 //
 // Precedence: a name given for the call, then VESSEL_ALGO_<OP> (e.g. VESSEL_ALGO_ALLREDUCE=ring;
-// "auto" means the table), then the threshold table. The default table is the crossovers
-// measured with `vessel-bench coll` on 2 and 4 ranks over loopback TCP and shared memory
-// (measured_rules(); docs/collective_algorithms.md has the numbers and how they were taken), and
-// for every other world size the crossovers of the alpha-beta-gamma cost model (Thakur,
-// Rabenseifner & Gropp, "Optimization of collective communication operations in MPICH", 2005)
-// with the loopback figures below. Tables measured on other links go first through
-// algorithm_selector::from_table().
+// "auto" means the table), then the threshold table. A rule may hold only for communicators whose
+// links are all shared memory (link_class): there the crossovers differ from TCP's. The default
+// table is the crossovers measured with `vessel-bench coll` on 2 and 4 ranks over loopback TCP
+// and shared memory (measured_rules(); docs/collective_algorithms.md has the numbers and how
+// they were taken), and for every other world size the crossovers of the alpha-beta-gamma cost
+// model (Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations in
+// MPICH", 2005) with the loopback figures below. Tables measured on other links go first
+// through algorithm_selector::from_table().
 //
 // Message bytes mean the bytes of the buffer algorithm_params::count describes: the whole vector
 // for allreduce, reduce and broadcast; one rank's block for allgather, gather, scatter,
@@ -51,13 +52,21 @@ std::optional<double> modelled_seconds(collective_op op, std::string_view algori
                                        std::uint32_t world, std::size_t bytes,
                                        const link_model& model) noexcept;
 
-/// Worlds of [min_world, max_world] ranks and messages of at most max_bytes use `algorithm`.
+/// What carries a communicator's messages, as far as selection cares.
+enum class link_class : std::uint8_t {
+  mixed,          ///< TCP or RDMA to some member, or not known
+  shared_memory,  ///< every other member by shared memory
+};
+
+/// Worlds of [min_world, max_world] ranks and messages of at most max_bytes use `algorithm`;
+/// with shared_memory_only, only on communicators of link_class::shared_memory.
 struct selection_rule {
   collective_op op = collective_op::allreduce;
   std::uint32_t min_world = 1;
   std::uint32_t max_world = UINT32_MAX;
   std::size_t max_bytes = SIZE_MAX;
   std::string algorithm;
+  bool shared_memory_only = false;
   bool operator==(const selection_rule&) const = default;
 };
 
@@ -92,9 +101,11 @@ class algorithm_selector {
   result<void> force(collective_op op, std::string_view algorithm);
 
   /// The algorithm for one call. `per_call` (if not empty or "auto") wins over everything.
+  /// `links` must be the same on every member (it is for communicator::link_class_of).
   /// Errors: unknown_algorithm (per_call unknown for op), invalid_argument (world 0).
   result<std::string_view> select(collective_op op, std::uint32_t world, std::size_t bytes,
-                                  std::string_view per_call = {}) const;
+                                  std::string_view per_call = {},
+                                  link_class links = link_class::mixed) const;
 
   /// The rules of `op` in the order they are consulted, measured ones first.
   std::span<const selection_rule> rules(collective_op op) const noexcept;

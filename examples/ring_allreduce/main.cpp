@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
       coll::call_options o;
       o.algorithm = algo;
       o.timeout = std::chrono::seconds{60};
-      const auto chosen = c.selector().select(coll::collective_op::allreduce, n, bytes, algo);
+      const auto chosen = c.algorithm_for(coll::collective_op::allreduce, bytes, algo);
       if (!chosen) {
         std::fprintf(stderr, "ring_allreduce: --algo %s: %s\n", algo.c_str(),
                      chosen.error().message().c_str());

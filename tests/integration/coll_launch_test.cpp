@@ -93,6 +93,15 @@ TEST(CollectivesOverRanks, FourRanksOverShmReadLargeChunksFromTheSendersMemory) 
   for (const std::string& out : r.outputs) std::printf("%s", out.c_str());
 }
 
+TEST(CollectivesOverRanks, TwoRanksSelectByTheirLinksOverShmAndTcp) {
+  for (const char* transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    launch_spec spec = coll_spec(2, "links");
+    spec.transport = transport;
+    expect_ok(launch_ranks(spec), "links");
+  }
+}
+
 TEST(CollectivesOverRanks, ARankThatCannotReadOtherProcessesGetsItsChunksAnyway) {
   launch_spec spec = coll_spec(4, "pull");
   spec.args.push_back("refuse");

@@ -366,6 +366,31 @@ bool wait_until_gone(const std::string& pid, std::chrono::seconds limit) {
   return false;
 }
 
+// The links a communicator sees and what they select: over shm every link is shared memory and
+// two ranks run a 1 MiB allreduce as whole halves (selection.cpp); over TCP, the shared table's
+// ring. Children see what their parent does.
+void run_links(communicator& world, checker& ck) {
+  const char* transport = std::getenv("VESSEL_TRANSPORT");
+  const bool shm = transport != nullptr && std::string_view{transport} == "shm";
+  const link_class want = shm ? link_class::shared_memory : link_class::mixed;
+  expect_true(ck, world.links() == want,
+              std::string{"world: links do not match VESSEL_TRANSPORT="} +
+                  (transport != nullptr ? transport : "(unset)"));
+  ck.what = "links dup";
+  auto dup = world.dup();
+  ck.ok(dup.has_value() ? vessel::result<void>{vessel::outcome::success()} : dup.error());
+  if (dup) expect_true(ck, dup.value()->links() == want, "dup: links differ from the world's");
+
+  const std::size_t n = (std::size_t{1} << 20) / sizeof(float);
+  const auto algorithm = world.algorithm_for(collective_op::allreduce, n * sizeof(float));
+  const std::string_view expected = shm && world.size() == 2 ? "rabenseifner" : "ring";
+  expect_true(ck, algorithm && algorithm.value() == expected,
+              "1 MiB allreduce selects " +
+                  (algorithm ? std::string{algorithm.value()} : algorithm.error().message()) +
+                  ", want " + std::string{expected});
+  run_case(world, ck, collective_op::allreduce, {}, dtype::float32, n);
+}
+
 void run_comms(communicator& world, checker& ck) {
   const std::uint32_t p = world.size();
   const std::uint32_t me = world.rank();
@@ -611,6 +636,12 @@ int main(int argc, char** argv) {
       made.value().reset();
       world.finalize();
       return report("pull");
+    }
+    if (mode == "links") {
+      run_links(c, ck);
+      made.value().reset();
+      world.finalize();
+      return report("links");
     }
     if (mode == "comms") {
       run_comms(c, ck);

@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
                                                   op == collective_op::broadcast
                                               ? whole
                                               : block;
-        const auto algorithm = c.selector().select(op, p, message_bytes);
+        const auto algorithm = c.algorithm_for(op, message_bytes);
         for (std::size_t i = 0; i < plan.warmup(size); ++i) {
           if (auto r = call(); !r) {
             std::fprintf(stderr, "%s %zu: %s\n", op_name.data(), size, r.error().message().c_str());

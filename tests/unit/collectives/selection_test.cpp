@@ -197,6 +197,36 @@ TEST(CollectivesSelection, DefaultTableUsesTheMeasuredThresholdsOnTwoAndFourRank
   }
 }
 
+// Two ranks over shared memory run whole halves (Rabenseifner) above 384 KiB up to 1 MiB, where
+// the ring's chunks are bistable; over any other link, and on other worlds, the shared table holds.
+TEST(CollectivesSelection, SharedMemoryRulesHoldOnlyWhereEveryLinkIsSharedMemory) {
+  const algorithm_selector selector;
+  const std::size_t kib = 1024, mib = 1024 * kib;
+  auto over = [&](link_class links, std::uint32_t world, std::size_t bytes) {
+    auto name = selector.select(collective_op::allreduce, world, bytes, {}, links);
+    return name ? std::string{name.value()} : name.error().message();
+  };
+  const auto shm = link_class::shared_memory;
+  EXPECT_EQ(over(shm, 2, 32 * kib), "recursive_doubling");
+  EXPECT_EQ(over(shm, 2, 384 * kib), "ring");
+  EXPECT_EQ(over(shm, 2, 384 * kib + 1), "rabenseifner");
+  EXPECT_EQ(over(shm, 2, mib), "rabenseifner");
+  EXPECT_EQ(over(shm, 2, mib + 1), "ring");
+  EXPECT_EQ(over(shm, 4, mib), "ring");
+  for (std::size_t bytes : {512 * kib, mib}) {
+    EXPECT_EQ(over(link_class::mixed, 2, bytes), "ring") << bytes;
+    EXPECT_EQ(pick(selector, collective_op::allreduce, 2, bytes), "ring") << bytes;  // mixed
+  }
+  // A caller's table may be for shared memory only, too; a forced name wins over either.
+  auto own = algorithm_selector::from_table(
+      {{collective_op::broadcast, 2, 2, SIZE_MAX, "binomial", /*shared_memory_only=*/true}});
+  ASSERT_TRUE(own) << own.error().message();
+  EXPECT_EQ(own.value().select(collective_op::broadcast, 2, mib, {}, shm).value(), "binomial");
+  EXPECT_EQ(own.value().select(collective_op::broadcast, 2, mib, {}, link_class::mixed).value(),
+            "chain");
+  EXPECT_EQ(selector.select(collective_op::allreduce, 2, mib, "ring", shm).value(), "ring");
+}
+
 TEST(CollectivesSelection, InvalidWorldAndModelEdges) {
   const algorithm_selector selector;
   const auto zero = selector.select(collective_op::allreduce, 0, 8);
