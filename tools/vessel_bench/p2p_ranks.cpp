@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -50,6 +52,8 @@ class p2p_channel {
  public:
   virtual ~p2p_channel() = default;
   virtual std::uint32_t rank() const = 0;
+  /// Called before each point's loops (untimed) with the message they send.
+  virtual void prepare(std::span<const std::byte> /*msg*/) {}
   virtual void send(std::span<const std::byte> data, std::uint64_t tag) = 0;
   virtual void recv(std::span<std::byte> into, std::uint64_t tag) = 0;
   virtual void barrier() = 0;
@@ -83,21 +87,100 @@ class comm_channel final : public p2p_channel {
   throw std::runtime_error(what);
 }
 
+/// An actor app's message as the actor loops send it. An actor app builds its message in pool
+/// blocks (actors::payload), as an MPI app builds its message in the buffer it gives MPI_Send, and
+/// reads an arrival where it arrived (the envelope's block, which it now owns), as an MPI app reads
+/// MPI_Recv's buffer: either way the transport copies each message once on each side. So the
+/// loops send blocks filled once per point and read envelopes in place. With `copies`
+/// (VESSEL_BENCH_ACTOR_COPIES=1) they copy every message from the app's buffer into fresh blocks
+/// and every arrival out into that buffer, as an app whose data lives elsewhere must (two copies
+/// more per message; the only way these rows were measured until 2026-12-05).
+class actor_message {
+ public:
+  actor_message(std::size_t piece, bool copies) : piece_{piece}, copies_{copies} {}
+
+  /// `msg` in blocks of `pool`, one piece each (nothing to do with `copies`).
+  void prepare(io::buffer_pool& pool, std::span<const std::byte> msg) {
+    pieces_.clear();
+    source_ = msg;
+    if (copies_) return;
+    for (std::size_t offset = 0; offset < msg.size(); offset += piece_) {
+      auto p = actors::payload::copy_of(pool,
+                                        msg.subspan(offset, std::min(piece_, msg.size() - offset)));
+      if (!p) throw std::runtime_error("prepare: " + p.error().message());
+      pieces_.push_back(std::move(p).value());
+    }
+  }
+
+  /// The payload of `msg[offset, offset + n)`: its prepared block when `msg` is the prepared
+  /// message and the range one of its pieces; else a copy (io::errc::pool_exhausted when the
+  /// pool has no block free right now).
+  result<actors::payload> piece(io::buffer_pool& pool, std::span<const std::byte> msg,
+                                std::size_t offset, std::size_t n) const {
+    if (!pieces_.empty() && msg.data() == source_.data() && msg.size() == source_.size() &&
+        offset % piece_ == 0 && n == std::min(piece_, msg.size() - offset)) {
+      return pieces_[offset / piece_];  // shares the block: nobody writes it
+    }
+    return actors::payload::copy_of(pool, msg.subspan(offset, n));
+  }
+
+  /// Takes an arrival of `got` bytes into `into` (read in place unless `copies`).
+  void take(std::span<std::byte> into, const actors::envelope& e, std::size_t got) const {
+    if (copies_) std::memcpy(into.data(), e.data.bytes().data(), got);
+  }
+
+  std::size_t piece_bytes() const noexcept { return piece_; }
+  /// Gives the blocks back (before the pool goes).
+  void clear() noexcept {
+    pieces_.clear();
+    source_ = {};
+  }
+
+ private:
+  std::size_t piece_;
+  bool copies_;
+  std::span<const std::byte> source_;
+  std::vector<actors::payload> pieces_;
+};
+
+/// The node of an actor rank: the launch defaults, with a payload pool whose largest class also
+/// holds the largest message the loops send (address space, touched as the points need it).
+node_launch_options actor_launch_options(std::size_t max_message) {
+  auto options = node_launch_options::defaults();
+  auto& classes = options.node.pool.classes;
+  auto largest = std::max_element(classes.begin(), classes.end(), [](const auto& a, const auto& b) {
+    return a.block_size < b.block_size;
+  });
+  if (largest != classes.end()) {
+    largest->block_count +=
+        static_cast<std::uint32_t>((max_message + largest->block_size - 1) / largest->block_size);
+  }
+  return options;
+}
+
+bool actor_copies_from_env() {
+  const char* v = std::getenv("VESSEL_BENCH_ACTOR_COPIES");
+  return v != nullptr && std::string{v} == "1";
+}
+
 /// The actor API: a launched_node (what an actor app starts: bootstrap, store, mesh, binding),
 /// driven through its rank actor with CAF request/response from a scoped actor (what an app
 /// outside the actor system does). A message larger than one pool block goes as several
-/// rank-actor sends of one block each. The pools are those an actor app gets by default
-/// (node_launch_options): neither pre-faulted, so the warm-up round touches what the run uses.
+/// rank-actor sends of one block each (actor_message). The pools are those an actor app gets by
+/// default (node_launch_options), the payload pool's largest class grown to hold the largest
+/// message: neither pre-faulted, so the warm-up round touches what the run uses.
 class actor_channel : public p2p_channel {
  public:
-  actor_channel() {
-    auto launched = launched_node::start(actors::env_view::process());
+  actor_channel(std::size_t max_message, bool copies) {
+    auto launched =
+        launched_node::start(actors::env_view::process(), actor_launch_options(max_message));
     if (!launched) fail("launch: " + launched.error().message());
     launched_ = std::move(launched).value();
     if (launched_->launch().world_size != 2) fail("needs a world of 2 ranks");
     rank_ = static_cast<std::uint32_t>(launched_->launch().rank);
     node_ = &launched_->node();
-    piece_ = std::min(node_->pool().max_block_size(), launched_->mesh().max_message_bytes());
+    message_.emplace(
+        std::min(node_->pool().max_block_size(), launched_->mesh().max_message_bytes()), copies);
     self_ = std::make_unique<caf::scoped_actor>(node_->system());
     for (int i = 0; i < 10000 && !rank_actor_; ++i) {
       rank_actor_ = node_->rank_actor();
@@ -110,13 +193,16 @@ class actor_channel : public p2p_channel {
 
   std::uint32_t rank() const override { return rank_; }
 
+  void prepare(std::span<const std::byte> msg) override { message_->prepare(node_->pool(), msg); }
+
   void send(std::span<const std::byte> data, std::uint64_t tag) override {
+    std::size_t offset = 0;
     do {
-      const auto n = std::min(piece_, data.size());
-      auto p = actors::payload::copy_of(node_->pool(), data.first(n));
+      const auto n = std::min(message_->piece_bytes(), data.size() - offset);
+      auto p = message_->piece(node_->pool(), data, offset, n);
       while (!p && p.error() == io::errc::pool_exhausted) {  // blocks still held by the link
         std::this_thread::yield();
-        p = actors::payload::copy_of(node_->pool(), data.first(n));
+        p = message_->piece(node_->pool(), data, offset, n);
       }
       if (!p) fail("payload: " + p.error().message());
       (*self_)
@@ -124,8 +210,8 @@ class actor_channel : public p2p_channel {
                     std::move(p).value())
           .receive([](actors::sent_atom) {},
                    [](caf::error& e) { fail("send: " + actors::describe(e)); });
-      data = data.subspan(n);
-    } while (!data.empty());
+      offset += n;
+    } while (offset < data.size());
   }
 
   void recv(std::span<std::byte> into, std::uint64_t tag) override {
@@ -137,7 +223,7 @@ class actor_channel : public p2p_channel {
           .receive(
               [&](const actors::envelope& e) {
                 got = std::min(e.data.size(), into.size());
-                std::memcpy(into.data(), e.data.bytes().data(), got);
+                message_->take(into, e, got);
               },
               [](caf::error& e) { fail("recv: " + actors::describe(e)); });
       if (got == 0 && !into.empty()) fail("recv: an empty piece");
@@ -159,6 +245,7 @@ class actor_channel : public p2p_channel {
   void close() override {
     if (!launched_) return;
     self_.reset();
+    message_->clear();
     rank_actor_ = actors::rank_actor{};
     launched_->stop();
     launched_.reset();
@@ -169,13 +256,13 @@ class actor_channel : public p2p_channel {
   vessel::node& node() const noexcept { return *node_; }
   const actors::rank_actor& rank_handle() const noexcept { return rank_actor_; }
   caf::scoped_actor& self() noexcept { return *self_; }
-  std::size_t piece() const noexcept { return piece_; }
+  const actor_message& message() const noexcept { return *message_; }
 
  private:
   std::unique_ptr<launched_node> launched_;
   vessel::node* node_ = nullptr;  // launched_'s
   std::uint32_t rank_ = 0;
-  std::size_t piece_ = 0;
+  std::optional<actor_message> message_;
   std::unique_ptr<caf::scoped_actor> self_;
   actors::rank_actor rank_actor_;
 };
@@ -207,26 +294,34 @@ void blocking_stream(p2p_channel& ch, std::span<std::byte> msg, std::size_t iter
 }
 
 using loop_atom = caf::atom_constant<caf::atom("p2ploop")>;
+using prepare_atom = caf::atom_constant<caf::atom("p2pprep")>;
 
 /// The two loops as an event-based app actor on the node's reactor thread, beside the rank actor:
 /// every send and receive is a request to the rank actor, continued in its response handler, as
-/// an app written as an actor does it. (loop_atom, streaming, size, iterations) answers true
-/// when the loop is done.
+/// an app written as an actor does it. (prepare_atom, size) makes the message the loops send
+/// (actor_message); (loop_atom, streaming, iterations) answers true when the loop is done.
 class hosted_loops final : public actors::on_reactor_thread<caf::event_based_actor> {
  public:
   hosted_loops(caf::actor_config& cfg, actors::reactor_execution_unit* unit, vessel::node* n,
-               actors::rank_actor rank, std::uint32_t self_rank, std::size_t piece)
+               actors::rank_actor rank, std::uint32_t self_rank, actor_message message)
       : on_reactor_thread{cfg, unit},
         node_{n},
         rank_actor_{std::move(rank)},
         self_rank_{self_rank},
-        piece_{piece} {}
+        message_{std::move(message)} {}
+
+  // The prepared blocks go back to the node's pool here, not whenever the last handle to this
+  // actor goes.
+  void on_exit() override { message_.clear(); }
 
   caf::behavior make_behavior() override {
     return {
-        [this](loop_atom, bool streaming, std::uint64_t size,
-               std::uint64_t iters) -> caf::result<bool> {
+        [this](prepare_atom, std::uint64_t size) {
           buf_.assign(size, std::byte{0x5a});
+          message_.prepare(node_->pool(), buf_);
+          return true;
+        },
+        [this](loop_atom, bool streaming, std::uint64_t iters) -> caf::result<bool> {
           streaming_ = streaming;
           left_ = iters;
           done_ = make_response_promise<bool>();
@@ -248,12 +343,12 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
 
   // One iteration of the loop, then the next; the stream ends with one byte back.
   void next() {
-    const bool sender = self_rank_ == 0;
+    const bool is_sender = self_rank_ == 0;
     const std::size_t size = buf_.size();
     if (left_ == 0) {
       if (!streaming_) {
         done_.deliver(true);
-      } else if (sender) {
+      } else if (is_sender) {
         recv_all(ack_tag, 1, 0, [this] { done_.deliver(true); });
       } else {
         send_all(ack_tag, 1, 0, [this] { done_.deliver(true); });
@@ -263,11 +358,11 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
     --left_;
     auto again = [this] { next(); };
     if (streaming_) {
-      if (sender)
+      if (is_sender)
         send_all(stream_tag, size, 0, again);
       else
         recv_all(stream_tag, size, 0, again);
-    } else if (sender) {
+    } else if (is_sender) {
       send_all(latency_tag, size, 0, [=, this] { recv_all(latency_tag, size, 0, again); });
     } else {
       recv_all(latency_tag, size, 0, [=, this] { send_all(latency_tag, size, 0, again); });
@@ -276,9 +371,8 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
 
   // Sends buf_[offset, size) in pieces of one pool block, then runs k.
   void send_all(std::uint64_t tag, std::size_t size, std::size_t offset, continuation k) {
-    const auto n = std::min(piece_, size - offset);
-    auto p = actors::payload::copy_of(node_->pool(),
-                                      std::span<const std::byte>{buf_}.subspan(offset, n));
+    const auto n = std::min(message_.piece_bytes(), size - offset);
+    auto p = message_.piece(node_->pool(), std::span<const std::byte>{buf_}.first(size), offset, n);
     if (!p) {
       if (p.error() != io::errc::pool_exhausted) return fail("payload: " + p.error().message());
       // Blocks still held by the links (until the peer acks them), which run on this thread:
@@ -307,7 +401,7 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
             [=, this](const actors::envelope& e) {
               const auto got = std::min(e.data.size(), size - offset);
               if (got == 0 && size != 0) return fail("recv: an empty piece");
-              std::memcpy(buf_.data() + offset, e.data.bytes().data(), got);
+              message_.take(std::span{buf_}.subspan(offset), e, got);
               if (offset + got < size)
                 recv_all(tag, size, offset + got, k);
               else
@@ -323,7 +417,7 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
   vessel::node* node_;
   actors::rank_actor rank_actor_;
   std::uint32_t self_rank_;
-  std::size_t piece_;
+  actor_message message_;
   std::vector<std::byte> buf_;
   bool streaming_ = false;
   std::uint64_t left_ = 0;
@@ -334,19 +428,21 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
 /// The actor API from an app that is itself an actor on the node's reactor thread.
 class hosted_channel final : public actor_channel {
  public:
-  hosted_channel() {
+  hosted_channel(std::size_t max_message, bool copies) : actor_channel{max_message, copies} {
     auto* host = node().reactor_host();
     if (host == nullptr) fail("the rank actor is not on the reactor (VESSEL_RANK_ACTOR_THREAD)");
-    loops_ = node().system().spawn<hosted_loops>(host, &node(), rank_handle(), rank(), piece());
+    loops_ = node().system().spawn<hosted_loops>(host, &node(), rank_handle(), rank(), message());
   }
   ~hosted_channel() override { close(); }
 
-  void ping_pong(std::span<std::byte> msg, std::size_t iters) override {
-    run(false, msg.size(), iters);
+  void prepare(std::span<const std::byte> msg) override {
+    self()
+        ->request(loops_, caf::infinite, prepare_atom::value, std::uint64_t{msg.size()})
+        .receive([](bool) {},
+                 [](caf::error& e) { fail("hosted prepare: " + actors::describe(e)); });
   }
-  void stream(std::span<std::byte> msg, std::size_t iters) override {
-    run(true, msg.size(), iters);
-  }
+  void ping_pong(std::span<std::byte>, std::size_t iters) override { run(false, iters); }
+  void stream(std::span<std::byte>, std::size_t iters) override { run(true, iters); }
   void close() override {
     if (loops_) {
       self()->monitor(loops_);
@@ -358,10 +454,9 @@ class hosted_channel final : public actor_channel {
   }
 
  private:
-  void run(bool streaming, std::size_t size, std::size_t iters) {
+  void run(bool streaming, std::size_t iters) {
     self()
-        ->request(loops_, caf::infinite, loop_atom::value, streaming, std::uint64_t{size},
-                  std::uint64_t{iters})
+        ->request(loops_, caf::infinite, loop_atom::value, streaming, std::uint64_t{iters})
         .receive([](bool) {}, [](caf::error& e) { fail("hosted loop: " + actors::describe(e)); });
   }
 
@@ -371,6 +466,7 @@ class hosted_channel final : public actor_channel {
 using p2p_loop = void (p2p_channel::*)(std::span<std::byte>, std::size_t);
 
 double timed(p2p_channel& ch, p2p_loop loop, std::span<std::byte> msg, std::size_t iters) {
+  ch.prepare(msg);
   (ch.*loop)(msg, iters / 10 + 1);  // warm-up: pools, page faults, the peer's receive path
   ch.barrier();
   const auto t0 = clock_type::now();
@@ -388,12 +484,13 @@ void write_line(int fd, const char* metric, std::size_t size, double value) {
 
 void run_p2p_rank(p2p_path path, const p2p_schedule& schedule, int out_fd) {
   std::unique_ptr<p2p_channel> ch;
+  const bool copies = actor_copies_from_env();
   if (path == p2p_path::comm)
     ch = std::make_unique<comm_channel>();
   else if (path == p2p_path::actor)
-    ch = std::make_unique<actor_channel>();
+    ch = std::make_unique<actor_channel>(schedule.max_size(), copies);
   else
-    ch = std::make_unique<hosted_channel>();
+    ch = std::make_unique<hosted_channel>(schedule.max_size(), copies);
   std::vector<std::byte> buf(schedule.max_size(), std::byte{0x5a});  // touched once, reused
   for (const auto& p : schedule.latency) {
     const double s = timed(*ch, &p2p_channel::ping_pong, {buf.data(), p.size}, p.iters);
