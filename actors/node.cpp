@@ -147,10 +147,13 @@ node::node(node_config config, transport_factory make_transport)
   rank_batcher_ = std::make_unique<actors::event_batcher<inbound_message>>(
       [this](event_batch<inbound_message>&& b) {
         caf::actor dest;
+        actors::rank_direct_entry* direct = nullptr;
         {
           const std::lock_guard lock{rank_slot_.mutex};
           dest = rank_slot_.current;
+          direct = rank_slot_.direct;
         }
+        if (direct != nullptr && direct->take(b)) return;  // dest keeps it alive meanwhile
         if (dest) caf::anon_send(caf::actor_cast<actors::rank_impl_actor>(dest), std::move(b));
       },
       &reactor_, config_.batching);
@@ -199,11 +202,12 @@ node::node(node_config config, transport_factory make_transport)
   children.push_back(actors::child_spec{
       "rank",
       [this, rank_cfg](caf::actor_system& sys) {
-        auto a = caf::actor_cast<caf::actor>(
-            actors::spawn_rank_actor(sys, rank_cfg, outbox_, rank_host_.get()));
+        auto rank = actors::spawn_rank_actor(sys, rank_cfg, outbox_, rank_host_.get());
+        auto a = caf::actor_cast<caf::actor>(rank);
         {
           const std::lock_guard lock{rank_slot_.mutex};
           rank_slot_.current = a;
+          rank_slot_.direct = actors::direct_entry_of(rank);
         }
         rank_slot_.changed.notify_all();
         return a;
@@ -360,6 +364,7 @@ void node::stop() {
   {
     const std::lock_guard lock{rank_slot_.mutex};
     rank_slot_.current = nullptr;
+    rank_slot_.direct = nullptr;
   }
   for (auto& slot : link_slots_) {
     if (!slot) continue;

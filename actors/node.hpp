@@ -46,6 +46,10 @@
 #include "io/buffer_pool.hpp"
 #include "io/reactor.hpp"
 
+namespace vessel::actors {
+class rank_direct_entry;
+}  // namespace vessel::actors
+
 namespace vessel {
 
 /// How CAF's workers find the actors that have mail (caf.scheduler.policy).
@@ -170,6 +174,9 @@ class node {
     std::condition_variable changed;
     caf::actor current;
   };
+  struct rank_slot : actor_slot {
+    actors::rank_direct_entry* direct = nullptr;  // current's, when it lives on the reactor
+  };
 
   void on_root_event(const actors::supervisor_event& e);
 
@@ -186,7 +193,7 @@ class node {
   std::unique_ptr<observer> observer_;
   std::unique_ptr<actors::node_transport> transport_;
   bool transport_open_ = false;  // reactor thread: transport_ may be used
-  actor_slot rank_slot_;
+  rank_slot rank_slot_;
   std::vector<std::unique_ptr<actor_slot>> link_slots_;  // by peer
   std::unique_ptr<actors::event_batcher<actors::inbound_message>> rank_batcher_;
   std::vector<std::unique_ptr<actors::event_batcher<actors::link_event>>> link_batchers_;

@@ -1,11 +1,13 @@
 #include "actors/rank_actor.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -73,8 +75,20 @@ class outbox_credit final : public credit_sink {
   std::vector<std::size_t> held_;
 };
 
+// What a hosted rank's direct entry and its behaviour share (hosted_rank below).
+struct direct_arrivals {
+  static constexpr int free = 0, taking = 1, running = 2;
+  // Who uses the state: the actor's run, a direct take, or neither. Both happen on the reactor
+  // thread; only once the reactor has stopped may a run move to a CAF worker, and then this
+  // keeps a late take from racing it.
+  std::atomic<int> user{free};
+  std::atomic<std::uint32_t> queued{0};  // batches sent as messages and not yet taken
+  bool live = false;                     // the behaviour is made and the state not yet destroyed
+};
+
 struct rank_state {
   rank_actor_config config;
+  direct_arrivals* direct = nullptr;  // hosted only
   std::unique_ptr<outbox_credit> credit;
   std::unique_ptr<message_matcher> matcher;
   std::unordered_map<std::uint64_t, pending_receive> receives;  // by cookie
@@ -89,6 +103,7 @@ struct rank_state {
   static inline const char* name = "vessel.rank";
 
   ~rank_state() {
+    if (direct != nullptr) direct->live = false;
     matcher.reset();  // drops unexpected payloads (their blocks go back to the pool)
     if (credit) credit->release_all();
   }
@@ -97,6 +112,27 @@ struct rank_state {
     ++stats.received;
     if (r.deadline) deadlines.erase(*r.deadline);
     r.promise.deliver(envelope{m.source, m.tag, m.message_id, payload{std::move(m.payload)}});
+  }
+
+  // Matches a batch of arrivals against the receives posted; the rest waits as unexpected.
+  void take_arrivals(const event_batch<inbound_message>& batch) {
+    ++stats.batches;
+    for (auto& m : batch.events()) {
+      const std::size_t bytes = m.payload.size();
+      const std::uint32_t source = m.src;
+      if (source < config.world_size) credit->arrived(source, message_credit(bytes));
+      auto done = matcher->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
+      if (!done) {  // not a rank of this world: the transport never delivers one
+        log::get("actors").warn("rank actor: dropped a message from rank {}: {}", source,
+                                done.error().message());
+        continue;
+      }
+      if (!done.value()) continue;  // unexpected
+      auto it = receives.find(done.value()->cookie);
+      if (it == receives.end()) continue;  // cannot happen: cancel removes both
+      deliver(it->second, std::move(done.value()->message));
+      receives.erase(it);
+    }
   }
 
   // Moves parked sends for `dst` into the outbox while it has room; asks for a callback if not.
@@ -236,23 +272,12 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
       },
       [self](const event_batch<inbound_message>& batch) {
         auto& st = self->state;
-        ++st.stats.batches;
-        for (auto& m : batch.events()) {
-          const std::size_t bytes = m.payload.size();
-          const std::uint32_t source = m.src;
-          if (source < st.config.world_size) st.credit->arrived(source, message_credit(bytes));
-          auto done =
-              st.matcher->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
-          if (!done) {  // not a rank of this world: the transport never delivers one
-            log::get("actors").warn("rank actor: dropped a message from rank {}: {}", source,
-                                    done.error().message());
-            continue;
+        st.take_arrivals(batch);
+        if (st.direct != nullptr) {  // a batch sent without asking take() leaves it at 0
+          auto& queued = st.direct->queued;
+          auto n = queued.load(std::memory_order_relaxed);
+          while (n > 0 && !queued.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
           }
-          if (!done.value()) continue;  // unexpected
-          auto it = st.receives.find(done.value()->cookie);
-          if (it == st.receives.end()) continue;  // cannot happen: cancel removes both
-          st.deliver(it->second, std::move(done.value()->message));
-          st.receives.erase(it);
         }
       },
       [self](recv_timeout_atom, std::uint64_t tick) {
@@ -275,21 +300,66 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
   };
 }
 
-// The same behaviour, resumed on a reactor thread (reactor_hosted.hpp).
-class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_base<rank_state>> {
+// The same behaviour, resumed on a reactor thread (reactor_hosted.hpp), which also takes batches
+// directly (rank_direct_entry).
+class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_base<rank_state>>,
+                          public rank_direct_entry {
  public:
   hosted_rank(caf::actor_config& cfg, reactor_execution_unit* unit, rank_actor_config config,
               std::shared_ptr<outbox> out)
       : on_reactor_thread{cfg, unit}, config_{config}, out_{std::move(out)} {}
 
-  behavior_type make_behavior() override { return rank_impl(this, config_, std::move(out_)); }
+  behavior_type make_behavior() override {
+    auto behavior = rank_impl(this, config_, std::move(out_));
+    state.direct = &direct_;
+    direct_.live = true;
+    return behavior;
+  }
+
+  resume_result resume(caf::execution_unit* unit, std::size_t max_throughput) override {
+    int expected = direct_arrivals::free;
+    while (!direct_.user.compare_exchange_weak(expected, direct_arrivals::running,
+                                               std::memory_order_acquire)) {
+      expected = direct_arrivals::free;
+      std::this_thread::yield();  // a take on the reactor thread while this runs on a worker
+    }
+    const auto result = on_reactor_thread::resume(unit, max_throughput);
+    direct_.user.store(direct_arrivals::free, std::memory_order_release);
+    return result;
+  }
+
+  bool take(event_batch<inbound_message>& batch) override {
+    int expected = direct_arrivals::free;
+    // Off the reactor thread (a flush once it stopped), or while the actor runs (its own send
+    // filled a batch and flushed it): as a message, which the handler counts off.
+    if (!unit().reactor().is_reactor_thread() ||
+        !direct_.user.compare_exchange_strong(expected, direct_arrivals::taking,
+                                              std::memory_order_acquire)) {
+      direct_.queued.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    const bool direct = direct_.live && direct_.queued.load(std::memory_order_relaxed) == 0;
+    if (direct) {
+      state.take_arrivals(batch);
+    } else {
+      direct_.queued.fetch_add(1, std::memory_order_relaxed);
+    }
+    direct_.user.store(direct_arrivals::free, std::memory_order_release);
+    return direct;
+  }
 
  private:
   rank_actor_config config_;
   std::shared_ptr<outbox> out_;
+  direct_arrivals direct_;
 };
 
 }  // namespace
+
+rank_direct_entry* direct_entry_of(const rank_impl_actor& rank) noexcept {
+  auto* actor = caf::actor_cast<caf::abstract_actor*>(rank);
+  return actor != nullptr ? dynamic_cast<hosted_rank*>(actor) : nullptr;
+}
 
 rank_impl_actor spawn_rank_actor(caf::actor_system& sys, rank_actor_config config,
                                  std::shared_ptr<outbox> out, reactor_execution_unit* host) {
