@@ -101,7 +101,7 @@ class algorithm_selector {
   result<void> force(collective_op op, std::string_view algorithm);
 
   /// The algorithm for one call. `per_call` (if not empty or "auto") wins over everything.
-  /// `links` must be the same on every member (it is for communicator::link_class_of).
+  /// `links` must be the same on every member (communicator::links() is).
   /// Errors: unknown_algorithm (per_call unknown for op), invalid_argument (world 0).
   result<std::string_view> select(collective_op op, std::uint32_t world, std::size_t bytes,
                                   std::string_view per_call = {},
