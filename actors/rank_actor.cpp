@@ -135,6 +135,21 @@ struct rank_state {
     }
   }
 
+  // A send to `dst` (in range) is answered at once: nothing is parked for it and it has room.
+  bool can_send_now(std::uint32_t dst) const {
+    return waiting[dst].empty() && credit->out().has_room(dst);
+  }
+
+  // False once the node's reactor has stopped (the payload is dropped).
+  bool send_now(std::uint32_t dst, std::uint64_t tag, payload& data) {
+    if (!credit->out().send(dst, tag, std::move(data).take())) {
+      ++stats.send_errors;
+      return false;
+    }
+    ++stats.sends;
+    return true;
+  }
+
   // Moves parked sends for `dst` into the outbox while it has room; asks for a callback if not.
   void drain_waiting(std::uint32_t dst) {
     auto& q = waiting[dst];
@@ -202,12 +217,9 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
                                                            std::to_string(st.config.world_size));
         }
         auto& q = st.waiting[dst];
-        if (q.empty() && st.credit->out().has_room(dst)) {
-          if (!st.credit->out().send(dst, tag, std::move(data).take())) {
-            ++st.stats.send_errors;
+        if (st.can_send_now(dst)) {
+          if (!st.send_now(dst, tag, data))
             return to_caf_error(actor_errc::node_stopped, "the node's reactor has stopped");
-          }
-          ++st.stats.sends;
           return sent_atom::value;
         }
         if (q.size() >= st.config.max_waiting_sends) {
@@ -348,6 +360,20 @@ class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_bas
     return direct;
   }
 
+  send_outcome try_send(std::uint32_t dst, std::uint64_t tag, payload& data) override {
+    int expected = direct_arrivals::free;
+    if (!unit().reactor().is_reactor_thread() ||
+        !direct_.user.compare_exchange_strong(expected, direct_arrivals::taking,
+                                              std::memory_order_acquire)) {
+      return send_outcome::not_taken;
+    }
+    auto outcome = send_outcome::not_taken;
+    if (direct_.live && dst < state.config.world_size && state.can_send_now(dst))
+      outcome = state.send_now(dst, tag, data) ? send_outcome::sent : send_outcome::stopped;
+    direct_.user.store(direct_arrivals::free, std::memory_order_release);
+    return outcome;
+  }
+
  private:
   rank_actor_config config_;
   std::shared_ptr<outbox> out_;
@@ -356,9 +382,13 @@ class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_bas
 
 }  // namespace
 
-rank_direct_entry* direct_entry_of(const rank_impl_actor& rank) noexcept {
+rank_direct_entry* direct_entry_of(const rank_actor& rank) noexcept {
   auto* actor = caf::actor_cast<caf::abstract_actor*>(rank);
   return actor != nullptr ? dynamic_cast<hosted_rank*>(actor) : nullptr;
+}
+
+rank_direct_entry* direct_entry_of(const rank_impl_actor& rank) noexcept {
+  return direct_entry_of(rank_actor{rank});
 }
 
 rank_impl_actor spawn_rank_actor(caf::actor_system& sys, rank_actor_config config,

@@ -53,12 +53,26 @@ class reactor_execution_unit;
 /// dispatch (~450 ns here, a fifth of an 8-byte message through the actor API); taken directly
 /// it is matched in the same turn. Only between the actor's runs, with no earlier batch still in
 /// its mailbox, so that arrivals keep their order and the actor's state has one user at a time.
+///
+/// Sends from an actor resident on the same thread come in the same way (rank_port.hpp): a send
+/// request costs two mailbox hops (the request and its reply) where a call costs none.
 class rank_direct_entry {
  public:
   /// Reactor thread. Takes `batch` (as the actor's batch handler would) and returns true; or
   /// returns false and expects the caller to send it as a message, which the actor then takes
   /// before any later batch.
   virtual bool take(event_batch<inbound_message>& batch) = 0;
+
+  enum class send_outcome : std::uint8_t {
+    sent,       ///< handed to the outbox: what the send handler's immediate reply says
+    stopped,    ///< the node's reactor has stopped; the payload is dropped
+    not_taken,  ///< `data` untouched: send it as a request
+  };
+  /// Reactor thread, from an actor resident there. Sends `data` as the send handler would when
+  /// it can reply at once (destination in range, no send parked for it, room in the outbox);
+  /// otherwise, or while the actor runs, leaves `data` alone. Earlier send requests of the same
+  /// caller must have been answered, or this one would overtake them (rank_port sees to it).
+  virtual send_outcome try_send(std::uint32_t dst, std::uint64_t tag, payload& data) = 0;
 
  protected:
   ~rank_direct_entry() = default;
@@ -67,6 +81,7 @@ class rank_direct_entry {
 /// The direct entry of a rank actor spawned with a host; null for one on CAF's workers. Valid
 /// while a handle to the actor is held.
 rank_direct_entry* direct_entry_of(const rank_impl_actor& rank) noexcept;
+rank_direct_entry* direct_entry_of(const rank_actor& rank) noexcept;
 
 /// Spawns a rank actor sending through `out` (shared with the node, which drains it). The node
 /// routes out's room callback to the actor as (room_atom, dst). With `host`, the actor runs on

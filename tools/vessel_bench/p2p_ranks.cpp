@@ -26,6 +26,7 @@
 #include "actors/comm.hpp"
 #include "actors/node.hpp"
 #include "actors/node_launch.hpp"
+#include "actors/rank_port.hpp"
 #include "actors/reactor_hosted.hpp"
 #include "io/errc.hpp"
 #include "tools/vessel_bench/p2p.hpp"
@@ -296,17 +297,20 @@ void blocking_stream(p2p_channel& ch, std::span<std::byte> msg, std::size_t iter
 using loop_atom = caf::atom_constant<caf::atom("p2ploop")>;
 using prepare_atom = caf::atom_constant<caf::atom("p2pprep")>;
 
-/// The two loops as an event-based app actor on the node's reactor thread, beside the rank actor:
-/// every send and receive is a request to the rank actor, continued in its response handler, as
-/// an app written as an actor does it. (prepare_atom, size) makes the message the loops send
-/// (actor_message); (loop_atom, streaming, iterations) answers true when the loop is done.
+/// The two loops as an event-based app actor on the node's reactor thread, beside the rank actor,
+/// as an app written as an actor does it: every receive is a request to the rank actor,
+/// continued in its response handler; every send goes through a rank_port (a call into the rank
+/// actor when it can be answered at once, else a request). (prepare_atom, size) makes the
+/// message the loops send (actor_message); (loop_atom, streaming, iterations) answers true when
+/// the loop is done.
 class hosted_loops final : public actors::on_reactor_thread<caf::event_based_actor> {
  public:
   hosted_loops(caf::actor_config& cfg, actors::reactor_execution_unit* unit, vessel::node* n,
                actors::rank_actor rank, std::uint32_t self_rank, actor_message message)
       : on_reactor_thread{cfg, unit},
         node_{n},
-        rank_actor_{std::move(rank)},
+        rank_actor_{rank},
+        port_{std::move(rank)},
         self_rank_{self_rank},
         message_{std::move(message)} {}
 
@@ -341,56 +345,75 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
 
   std::uint32_t peer() const noexcept { return 1 - self_rank_; }
 
-  // One iteration of the loop, then the next; the stream ends with one byte back.
+  // Iterations of the loop until one waits for a reply; the stream ends with one byte back.
+  // Sends that go as calls (rank_port) complete here, so the stream loops rather than recursing.
   void next() {
     const bool is_sender = self_rank_ == 0;
     const std::size_t size = buf_.size();
-    if (left_ == 0) {
-      if (!streaming_) {
-        done_.deliver(true);
-      } else if (is_sender) {
-        recv_all(ack_tag, 1, 0, [this] { done_.deliver(true); });
-      } else {
-        send_all(ack_tag, 1, 0, [this] { done_.deliver(true); });
-      }
-      return;
-    }
-    --left_;
     auto again = [this] { next(); };
-    if (streaming_) {
-      if (is_sender)
-        send_all(stream_tag, size, 0, again);
-      else
-        recv_all(stream_tag, size, 0, again);
-    } else if (is_sender) {
-      send_all(latency_tag, size, 0, [=, this] { recv_all(latency_tag, size, 0, again); });
-    } else {
-      recv_all(latency_tag, size, 0, [=, this] { send_all(latency_tag, size, 0, again); });
+    for (;;) {
+      if (left_ == 0) {
+        if (!streaming_) {
+          done_.deliver(true);
+        } else if (is_sender) {
+          recv_all(ack_tag, 1, 0, [this] { done_.deliver(true); });
+        } else if (send_all(ack_tag, 1, 0, [this] { done_.deliver(true); })) {
+          done_.deliver(true);
+        }
+        return;
+      }
+      --left_;
+      if (streaming_) {
+        if (!is_sender) return recv_all(stream_tag, size, 0, again);
+        if (!send_all(stream_tag, size, 0, again)) return;
+      } else if (is_sender) {
+        auto then_receive = [=, this] { recv_all(latency_tag, size, 0, again); };
+        if (send_all(latency_tag, size, 0, then_receive)) then_receive();
+        return;
+      } else {
+        return recv_all(latency_tag, size, 0, [=, this] {
+          if (send_all(latency_tag, size, 0, again)) next();
+        });
+      }
     }
   }
 
-  // Sends buf_[offset, size) in pieces of one pool block, then runs k.
-  void send_all(std::uint64_t tag, std::size_t size, std::size_t offset, continuation k) {
-    const auto n = std::min(message_.piece_bytes(), size - offset);
-    auto p = message_.piece(node_->pool(), std::span<const std::byte>{buf_}.first(size), offset, n);
-    if (!p) {
-      if (p.error() != io::errc::pool_exhausted) return fail("payload: " + p.error().message());
-      // Blocks still held by the links (until the peer acks them), which run on this thread:
-      // wait for one to come back rather than poll on a CAF timer, which runs on a thread of
-      // its own and, with this rank bound to one core, fired 0.7-1.7 ms after the 20 µs asked.
-      retry_ = [=, this] { send_all(tag, size, offset, k); };
-      if (!node_->notify_when_pool_has_room(n, this)) fail("payload: no pool class holds it");
-      return;
-    }
-    request(rank_actor_, caf::infinite, actors::send_atom::value, peer(), tag, std::move(p).value())
-        .then(
-            [=, this](actors::sent_atom) {
-              if (offset + n < size)
-                send_all(tag, size, offset + n, k);
-              else
-                k();
-            },
-            [this](caf::error& e) { fail("send: " + actors::describe(e)); });
+  // Sends buf_[offset, size) in pieces of one pool block. True when all of it went now (k is
+  // not run); otherwise k runs once the last piece is sent.
+  bool send_all(std::uint64_t tag, std::size_t size, std::size_t offset, continuation k) {
+    do {
+      const auto n = std::min(message_.piece_bytes(), size - offset);
+      auto p =
+          message_.piece(node_->pool(), std::span<const std::byte>{buf_}.first(size), offset, n);
+      if (!p) {
+        if (p.error() != io::errc::pool_exhausted) {
+          fail("payload: " + p.error().message());
+          return false;
+        }
+        // Blocks still held by the links (until the peer acks them), which run on this thread:
+        // wait for one to come back rather than poll on a CAF timer, which runs on a thread of
+        // its own and, with this rank bound to one core, fired 0.7-1.7 ms after the 20 µs asked.
+        retry_ = [=, this] {
+          if (send_all(tag, size, offset, k)) k();
+        };
+        if (!node_->notify_when_pool_has_room(n, this)) fail("payload: no pool class holds it");
+        return false;
+      }
+      const auto rest = offset + n;
+      auto sent = port_.send(
+          this, peer(), tag, std::move(p).value(),
+          [=, this] {
+            if (rest >= size || send_all(tag, size, rest, k)) k();
+          },
+          [this](caf::error& e) { fail("send: " + actors::describe(e)); });
+      if (!sent) {
+        fail("send: " + actors::describe(sent.error()));
+        return false;
+      }
+      if (*sent == actors::rank_port::status::requested) return false;
+      offset = rest;
+    } while (offset < size);
+    return true;
   }
 
   // Receives into buf_[offset, size) piece by piece, then runs k.
@@ -416,6 +439,7 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
 
   vessel::node* node_;
   actors::rank_actor rank_actor_;
+  actors::rank_port port_;
   std::uint32_t self_rank_;
   actor_message message_;
   std::vector<std::byte> buf_;

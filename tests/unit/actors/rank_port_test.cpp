@@ -1,0 +1,169 @@
+// rank_port: an app actor resident on the rank actor's reactor thread sends as calls whenever
+// the rank actor would answer at once; while one of its requests is unanswered, later sends go
+// as requests too, so nothing overtakes; an app elsewhere, or a rank actor on CAF's workers,
+// gets requests, as before. Every message arrives once, in order.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <caf/all.hpp>
+
+#include "actors/actor_errc.hpp"
+#include "actors/node.hpp"
+#include "actors/rank_port.hpp"
+#include "actors/reactor_hosted.hpp"
+#include "tests/unit/actors/caf_test_support.hpp"
+
+namespace vessel::actors {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint64_t tag = 9;
+constexpr std::uint32_t out_of_range = 5;  // in a world of one
+
+using burst_atom = caf::atom_constant<caf::atom("burst")>;
+
+/// What one burst did: each send's status, and the replies that came for those requested.
+struct burst_report {
+  std::vector<bool> direct;  // per send: went as a call
+  std::uint32_t replies = 0;
+  std::uint32_t errors = 0;
+};
+
+/// Sends each text of a burst to itself (rank 0) through a rank_port, all from one handler; a
+/// text "!" goes to a rank out of range instead (its request is answered with an error). Answers
+/// once every requested send was answered.
+template <class Base>
+class sender : public Base {
+ public:
+  template <class... Host>
+  sender(caf::actor_config& cfg, rank_actor rank, vessel::node* n, Host... host)
+      : Base{cfg, host...}, port_{std::move(rank)}, node_{n} {}
+
+  caf::behavior make_behavior() override {
+    return {[this](burst_atom, const std::vector<std::string>& texts)
+                -> caf::result<std::vector<bool>, std::uint32_t, std::uint32_t> {
+      auto promise =
+          this->template make_response_promise<std::vector<bool>, std::uint32_t, std::uint32_t>();
+      auto report = std::make_shared<burst_report>();
+      auto outstanding = std::make_shared<std::uint32_t>(0);
+      auto answer_when_all_replied = [=]() mutable {
+        if (*outstanding == 0) promise.deliver(report->direct, report->replies, report->errors);
+      };
+      for (const auto& text : texts) {
+        const std::uint32_t dst = text == "!" ? out_of_range : 0;
+        auto sent = port_.send(
+            this, dst, tag, payload::copy_of(node_->pool(), text).value(),
+            [=]() mutable {
+              ++report->replies;
+              --*outstanding;
+              answer_when_all_replied();
+            },
+            [=](caf::error&) mutable {
+              ++report->errors;
+              --*outstanding;
+              answer_when_all_replied();
+            });
+        EXPECT_TRUE(sent) << describe(sent.error());
+        const bool direct = sent && *sent == rank_port::status::sent;
+        report->direct.push_back(direct);
+        if (!direct) ++*outstanding;
+      }
+      answer_when_all_replied();
+      return promise;
+    }};
+  }
+
+ private:
+  rank_port port_;
+  vessel::node* node_;
+};
+
+using resident_sender = sender<on_reactor_thread<caf::event_based_actor>>;
+using worker_sender = sender<caf::event_based_actor>;
+
+node_config small_config() {
+  node_config cfg;
+  cfg.pool.classes = {io::size_class_config{4096, 512}};
+  return cfg;
+}
+
+burst_report burst(caf::scoped_actor& self, const caf::actor& app,
+                   const std::vector<std::string>& texts) {
+  burst_report out;
+  self->request(app, 10s, burst_atom::value, texts)
+      .receive(
+          [&](std::vector<bool>& direct, std::uint32_t replies, std::uint32_t errors) {
+            out = {std::move(direct), replies, errors};
+          },
+          [](caf::error& e) { ADD_FAILURE() << describe(e); });
+  return out;
+}
+
+std::string receive(caf::scoped_actor& self, const rank_actor& rank) {
+  std::string got;
+  self->request(rank, caf::infinite, recv_atom::value, std::uint32_t{0}, tag, caf::timespan{5s})
+      .receive([&](const envelope& e) { got = std::string{e.data.view()}; },
+               [](caf::error& e) { ADD_FAILURE() << describe(e); });
+  return got;
+}
+
+TEST(rank_port_test, a_resident_app_sends_as_calls_and_holds_them_back_behind_its_requests) {
+  vessel::node n{small_config()};
+  ASSERT_NE(n.reactor_host(), nullptr);
+  EXPECT_TRUE(rank_port{n.rank_actor()}.has_direct_entry());
+  {
+    caf::scoped_actor self{n.system()};
+    auto app = caf::actor_cast<caf::actor>(
+        n.system().spawn<resident_sender>(n.rank_actor(), &n, n.reactor_host()));
+
+    auto first = burst(self, app, {"a", "b", "c"});
+    EXPECT_EQ(first.direct, (std::vector<bool>{true, true, true}));
+
+    // "!" cannot be answered at once (no such rank): it goes as a request, and every send of the
+    // same handler after it too, or "d" and "e" would overtake it and each other.
+    auto second = burst(self, app, {"!", "d", "e"});
+    EXPECT_EQ(second.direct, (std::vector<bool>{false, false, false}));
+    EXPECT_EQ(second.replies, 2u);
+    EXPECT_EQ(second.errors, 1u);
+
+    // Every reply came: calls again.
+    auto third = burst(self, app, {"f"});
+    EXPECT_EQ(third.direct, (std::vector<bool>{true}));
+
+    for (const char* want : {"a", "b", "c", "d", "e", "f"})
+      EXPECT_EQ(receive(self, n.rank_actor()), want);
+    testing::kill_and_wait(self, app);
+  }
+  n.stop();
+}
+
+TEST(rank_port_test, an_app_on_cafs_workers_sends_as_requests) {
+  vessel::node n{small_config()};
+  {
+    caf::scoped_actor self{n.system()};
+    auto app = caf::actor_cast<caf::actor>(n.system().spawn<worker_sender>(n.rank_actor(), &n));
+    auto sent = burst(self, app, {"x", "y"});
+    EXPECT_EQ(sent.direct, (std::vector<bool>{false, false}));
+    EXPECT_EQ(sent.replies, 2u);
+    EXPECT_EQ(receive(self, n.rank_actor()), "x");
+    EXPECT_EQ(receive(self, n.rank_actor()), "y");
+    testing::kill_and_wait(self, app);
+  }
+  n.stop();
+}
+
+TEST(rank_port_test, a_rank_actor_on_cafs_workers_has_no_direct_entry) {
+  node_config cfg = small_config();
+  cfg.rank_actor_on_reactor = false;
+  vessel::node n{cfg};
+  EXPECT_FALSE(rank_port{n.rank_actor()}.has_direct_entry());
+  n.stop();
+}
+
+}  // namespace
+}  // namespace vessel::actors
