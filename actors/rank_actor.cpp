@@ -109,9 +109,24 @@ struct rank_state {
   }
 
   void deliver(pending_receive& r, p2p_message&& m) {
-    ++stats.received;
     if (r.deadline) deadlines.erase(*r.deadline);
-    r.promise.deliver(envelope{m.source, m.tag, m.message_id, payload{std::move(m.payload)}});
+    r.promise.deliver(received_now(std::move(m)));
+  }
+
+  // A receive that took `m`.
+  envelope received_now(p2p_message&& m) {
+    ++stats.received;
+    return envelope{m.source, m.tag, m.message_id, payload{std::move(m.payload)}};
+  }
+
+  // What a receive for (`source`, `tag`) takes at once: the oldest matching unexpected message;
+  // nothing (and nothing posted) when there is none or `source` is no rank of this world.
+  std::optional<envelope> receive_now(std::uint32_t source, std::uint64_t tag) {
+    if (source != rank_any_source && source >= config.world_size) return std::nullopt;
+    if (matcher->probe(source, tag) == nullptr) return std::nullopt;
+    auto posted = matcher->post_receive(source, tag, next_cookie++);
+    if (!posted || !posted.value().message) return std::nullopt;  // probe said it is there
+    return received_now(std::move(*posted.value().message));
   }
 
   // Matches a batch of arrivals against the receives posted; the rest waits as unexpected.
@@ -249,11 +264,7 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
                                                   std::to_string(st.config.world_size));
         }
         auto& p = posted.value();
-        if (p.message) {
-          ++st.stats.received;
-          auto& m = *p.message;
-          return envelope{m.source, m.tag, m.message_id, payload{std::move(m.payload)}};
-        }
+        if (p.message) return st.received_now(std::move(*p.message));
         if (timeout <= caf::timespan::zero()) {
           st.matcher->cancel(p.id);
           ++st.stats.receive_timeouts;
@@ -358,6 +369,19 @@ class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_bas
     }
     direct_.user.store(direct_arrivals::free, std::memory_order_release);
     return direct;
+  }
+
+  std::optional<envelope> try_receive(std::uint32_t source, std::uint64_t tag) override {
+    int expected = direct_arrivals::free;
+    if (!unit().reactor().is_reactor_thread() ||
+        !direct_.user.compare_exchange_strong(expected, direct_arrivals::taking,
+                                              std::memory_order_acquire)) {
+      return std::nullopt;
+    }
+    std::optional<envelope> got;
+    if (direct_.live) got = state.receive_now(source, tag);
+    direct_.user.store(direct_arrivals::free, std::memory_order_release);
+    return got;
   }
 
   send_outcome try_send(std::uint32_t dst, std::uint64_t tag, payload& data) override {

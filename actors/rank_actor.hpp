@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include <caf/typed_actor.hpp>
 
@@ -54,8 +55,9 @@ class reactor_execution_unit;
 /// it is matched in the same turn. Only between the actor's runs, with no earlier batch still in
 /// its mailbox, so that arrivals keep their order and the actor's state has one user at a time.
 ///
-/// Sends from an actor resident on the same thread come in the same way (rank_port.hpp): a send
-/// request costs two mailbox hops (the request and its reply) where a call costs none.
+/// Sends, and receives of messages already here, from an actor resident on the same thread come
+/// in the same way (rank_port.hpp): a request costs two mailbox hops (it and its reply) where a
+/// call costs none.
 class rank_direct_entry {
  public:
   /// Reactor thread. Takes `batch` (as the actor's batch handler would) and returns true; or
@@ -73,6 +75,12 @@ class rank_direct_entry {
   /// otherwise, or while the actor runs, leaves `data` alone. Earlier send requests of the same
   /// caller must have been answered, or this one would overtake them (rank_port sees to it).
   virtual send_outcome try_send(std::uint32_t dst, std::uint64_t tag, payload& data) = 0;
+
+  /// Reactor thread, from an actor resident there. The message a receive for (`source`, `tag`)
+  /// takes when one is already here, as the receive handler's immediate reply; nothing when none
+  /// is, `source` is out of range, or the actor runs: post the receive as a request then. Earlier
+  /// receive requests of the same caller must have been answered (rank_port sees to it).
+  virtual std::optional<envelope> try_receive(std::uint32_t source, std::uint64_t tag) = 0;
 
  protected:
   ~rank_direct_entry() = default;

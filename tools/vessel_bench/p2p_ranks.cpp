@@ -298,9 +298,9 @@ using loop_atom = caf::atom_constant<caf::atom("p2ploop")>;
 using prepare_atom = caf::atom_constant<caf::atom("p2pprep")>;
 
 /// The two loops as an event-based app actor on the node's reactor thread, beside the rank actor,
-/// as an app written as an actor does it: every receive is a request to the rank actor,
-/// continued in its response handler; every send goes through a rank_port (a call into the rank
-/// actor when it can be answered at once, else a request). (prepare_atom, size) makes the
+/// as an app written as an actor does it: every send and receive goes through a rank_port, a
+/// call into the rank actor when it can answer at once (room on the link, a message already
+/// here), else a request continued in its response handler. (prepare_atom, size) makes the
 /// message the loops send (actor_message); (loop_atom, streaming, iterations) answers true when
 /// the loop is done.
 class hosted_loops final : public actors::on_reactor_thread<caf::event_based_actor> {
@@ -309,7 +309,6 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
                actors::rank_actor rank, std::uint32_t self_rank, actor_message message)
       : on_reactor_thread{cfg, unit},
         node_{n},
-        rank_actor_{rank},
         port_{std::move(rank)},
         self_rank_{self_rank},
         message_{std::move(message)} {}
@@ -346,34 +345,37 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
   std::uint32_t peer() const noexcept { return 1 - self_rank_; }
 
   // Iterations of the loop until one waits for a reply; the stream ends with one byte back.
-  // Sends that go as calls (rank_port) complete here, so the stream loops rather than recursing.
+  // Sends and receives that go as calls (rank_port) complete here, so the loop iterates rather
+  // than recursing; the handlers of those that went as requests come back through next().
   void next() {
     const bool is_sender = self_rank_ == 0;
     const std::size_t size = buf_.size();
     auto again = [this] { next(); };
     for (;;) {
       if (left_ == 0) {
-        if (!streaming_) {
-          done_.deliver(true);
-        } else if (is_sender) {
-          recv_all(ack_tag, 1, 0, [this] { done_.deliver(true); });
-        } else if (send_all(ack_tag, 1, 0, [this] { done_.deliver(true); })) {
-          done_.deliver(true);
-        }
+        auto finished = [this] { done_.deliver(true); };
+        if (!streaming_ ||
+            (is_sender ? recv_all(ack_tag, 1, 0, finished) : send_all(ack_tag, 1, 0, finished)))
+          finished();
         return;
       }
       --left_;
       if (streaming_) {
-        if (!is_sender) return recv_all(stream_tag, size, 0, again);
-        if (!send_all(stream_tag, size, 0, again)) return;
+        if (!(is_sender ? send_all(stream_tag, size, 0, again)
+                        : recv_all(stream_tag, size, 0, again)))
+          return;
       } else if (is_sender) {
-        auto then_receive = [=, this] { recv_all(latency_tag, size, 0, again); };
-        if (send_all(latency_tag, size, 0, then_receive)) then_receive();
-        return;
+        auto then_receive = [=, this] {
+          if (recv_all(latency_tag, size, 0, again)) next();
+        };
+        if (!send_all(latency_tag, size, 0, then_receive)) return;
+        if (!recv_all(latency_tag, size, 0, again)) return;
       } else {
-        return recv_all(latency_tag, size, 0, [=, this] {
+        auto then_send = [=, this] {
           if (send_all(latency_tag, size, 0, again)) next();
-        });
+        };
+        if (!recv_all(latency_tag, size, 0, then_send)) return;
+        if (!send_all(latency_tag, size, 0, again)) return;
       }
     }
   }
@@ -416,21 +418,34 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
     return true;
   }
 
-  // Receives into buf_[offset, size) piece by piece, then runs k.
-  void recv_all(std::uint64_t tag, std::size_t size, std::size_t offset, continuation k) {
-    request(rank_actor_, caf::infinite, actors::recv_atom::value, peer(), tag,
-            caf::timespan{exchange_timeout})
-        .then(
-            [=, this](const actors::envelope& e) {
-              const auto got = std::min(e.data.size(), size - offset);
-              if (got == 0 && size != 0) return fail("recv: an empty piece");
-              message_.take(std::span{buf_}.subspan(offset), e, got);
-              if (offset + got < size)
-                recv_all(tag, size, offset + got, k);
-              else
-                k();
-            },
-            [this](caf::error& e) { fail("recv: " + actors::describe(e)); });
+  // Receives into buf_[offset, size) piece by piece. True when all of it was here (k is not
+  // run); otherwise k runs once the last piece came.
+  bool recv_all(std::uint64_t tag, std::size_t size, std::size_t offset, continuation k) {
+    do {
+      auto got = port_.receive(
+          this, peer(), tag, caf::timespan{exchange_timeout},
+          [=, this](const actors::envelope& e) {
+            const auto rest = offset + take_piece(e, size, offset);
+            if (rest != offset && (rest >= size || recv_all(tag, size, rest, k))) k();
+          },
+          [this](caf::error& e) { fail("recv: " + actors::describe(e)); });
+      if (!got) return false;
+      const auto rest = offset + take_piece(*got, size, offset);
+      if (rest == offset) return false;
+      offset = rest;
+    } while (offset < size);
+    return true;
+  }
+
+  // Takes the piece `e` into buf_ at `offset`; its length (0: an empty piece, a failure).
+  std::size_t take_piece(const actors::envelope& e, std::size_t size, std::size_t offset) {
+    const auto got = std::min(e.data.size(), size - offset);
+    if (got == 0 && size != 0) {
+      fail("recv: an empty piece");
+      return 0;
+    }
+    message_.take(std::span{buf_}.subspan(offset), e, got);
+    return got;
   }
 
   void fail(const std::string& what) {
@@ -438,7 +453,6 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
   }
 
   vessel::node* node_;
-  actors::rank_actor rank_actor_;
   actors::rank_port port_;
   std::uint32_t self_rank_;
   actor_message message_;

@@ -1,11 +1,14 @@
-// rank_port: an app actor resident on the rank actor's reactor thread sends as calls whenever
-// the rank actor would answer at once; while one of its requests is unanswered, later sends go
-// as requests too, so nothing overtakes; an app elsewhere, or a rank actor on CAF's workers,
-// gets requests, as before. Every message arrives once, in order.
+// rank_port: an app actor resident on the rank actor's reactor thread sends, and receives
+// messages already here, as calls whenever the rank actor would answer at once; while one of its
+// requests is unanswered, later sends (receives) go as requests too, so nothing overtakes; an
+// app elsewhere, or a rank actor on CAF's workers, gets requests, as before. Every message
+// arrives once, in order.
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -83,6 +86,57 @@ class sender : public Base {
   vessel::node* node_;
 };
 
+using take_atom = caf::atom_constant<caf::atom("take")>;
+
+/// Receives from rank 0 with each tag of a list, all from one handler, through a rank_port.
+/// Answers, once every receive has its message, with which went as calls and what each took.
+class resident_receiver final : public on_reactor_thread<caf::event_based_actor> {
+ public:
+  resident_receiver(caf::actor_config& cfg, reactor_execution_unit* unit, rank_actor rank)
+      : on_reactor_thread{cfg, unit}, port_{std::move(rank)} {}
+
+  caf::behavior make_behavior() override {
+    using answer = caf::result<std::vector<bool>, std::vector<std::string>>;
+    return {[this](take_atom, const std::vector<std::uint64_t>& tags) -> answer {
+      auto promise = make_response_promise<std::vector<bool>, std::vector<std::string>>();
+      struct taken {
+        std::vector<bool> direct;
+        std::vector<std::string> texts;
+        std::size_t waiting = 0;
+      };
+      auto t = std::make_shared<taken>();
+      t->texts.resize(tags.size());
+      auto answer_when_all_came = [=]() mutable {
+        if (t->waiting == 0) promise.deliver(t->direct, t->texts);
+      };
+      for (std::size_t i = 0; i < tags.size(); ++i) {
+        auto got = port_.receive(
+            this, 0, tags[i], caf::timespan{5s},
+            [=](const envelope& e) mutable {
+              t->texts[i] = std::string{e.data.view()};
+              --t->waiting;
+              answer_when_all_came();
+            },
+            [=](caf::error& e) mutable {
+              t->texts[i] = "error: " + describe(e);
+              --t->waiting;
+              answer_when_all_came();
+            });
+        t->direct.push_back(got.has_value());
+        if (got)
+          t->texts[i] = std::string{got->data.view()};
+        else
+          ++t->waiting;
+      }
+      answer_when_all_came();
+      return promise;
+    }};
+  }
+
+ private:
+  rank_port port_;
+};
+
 using resident_sender = sender<on_reactor_thread<caf::event_based_actor>>;
 using worker_sender = sender<caf::event_based_actor>;
 
@@ -137,6 +191,102 @@ TEST(rank_port_test, a_resident_app_sends_as_calls_and_holds_them_back_behind_it
 
     for (const char* want : {"a", "b", "c", "d", "e", "f"})
       EXPECT_EQ(receive(self, n.rank_actor()), want);
+    testing::kill_and_wait(self, app);
+  }
+  n.stop();
+}
+
+void send_to_self(caf::scoped_actor& self, vessel::node& n, std::uint64_t with_tag,
+                  const std::string& text) {
+  self->request(n.rank_actor(), caf::infinite, send_atom::value, std::uint32_t{0}, with_tag,
+                payload::copy_of(n.pool(), text).value())
+      .receive([](sent_atom) {}, [](caf::error& e) { ADD_FAILURE() << describe(e); });
+}
+
+// Returns once the rank actor's stats say `count` of what `field` counts (now).
+void await_stat(caf::scoped_actor& self, vessel::node& n, std::uint64_t rank_stats::*field,
+                std::uint64_t count) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (;;) {
+    std::uint64_t now = 0;
+    self->request(n.rank_actor(), caf::infinite, stats_atom::value)
+        .receive([&](const rank_stats& s) { now = s.*field; },
+                 [](caf::error& e) { ADD_FAILURE() << describe(e); });
+    if (now >= count || std::chrono::steady_clock::now() > deadline) {
+      ASSERT_EQ(now, count);
+      return;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+void await_unexpected(caf::scoped_actor& self, vessel::node& n, std::uint64_t count) {
+  await_stat(self, n, &rank_stats::unexpected, count);
+}
+
+// Returns once `count` receives wait in the rank actor: what the app asked for is posted.
+void await_pending(caf::scoped_actor& self, vessel::node& n, std::uint64_t count) {
+  await_stat(self, n, &rank_stats::pending_receives, count);
+}
+
+using take_result = std::pair<std::vector<bool>, std::vector<std::string>>;
+
+// Asks `app` to take one message per tag; `more` runs while it waits (it sends what is missing).
+template <class More>
+take_result take(caf::scoped_actor& self, const caf::actor& app, std::vector<std::uint64_t> tags,
+                 More more) {
+  take_result out;
+  self->send(app, take_atom::value, std::move(tags));
+  more();
+  self->receive([&](std::vector<bool>& direct, std::vector<std::string>& texts) {
+    out = {std::move(direct), std::move(texts)};
+  });
+  return out;
+}
+
+TEST(rank_port_test, a_resident_app_takes_what_is_here_as_calls_and_waits_for_the_rest) {
+  vessel::node n{small_config()};
+  {
+    caf::scoped_actor self{n.system()};
+    auto app = caf::actor_cast<caf::actor>(
+        n.system().spawn<resident_receiver>(n.reactor_host(), n.rank_actor()));
+    send_to_self(self, n, tag, "a");
+    send_to_self(self, n, tag, "b");
+    await_unexpected(self, n, 2);
+    auto got = take(self, app, {tag, tag, tag}, [&] {
+      await_pending(self, n, 1);
+      send_to_self(self, n, tag, "c");
+    });
+    EXPECT_EQ(got.first, (std::vector<bool>{true, true, false}));
+    EXPECT_EQ(got.second, (std::vector<std::string>{"a", "b", "c"}));
+    testing::kill_and_wait(self, app);
+  }
+  n.stop();
+}
+
+TEST(rank_port_test, while_a_receive_request_is_out_later_receives_are_requests_too) {
+  vessel::node n{small_config()};
+  {
+    caf::scoped_actor self{n.system()};
+    auto app = caf::actor_cast<caf::actor>(
+        n.system().spawn<resident_receiver>(n.reactor_host(), n.rank_actor()));
+    constexpr std::uint64_t later = tag + 1;
+    send_to_self(self, n, later, "here already");
+    await_unexpected(self, n, 1);
+    // The receive for `tag` must wait; the one for `later`, whose message is here, goes behind it.
+    auto got = take(self, app, {tag, later}, [&] {
+      await_pending(self, n,
+                    1);  // for `tag`: the request for `later` is answered from what is here
+      send_to_self(self, n, tag, "came later");
+    });
+    EXPECT_EQ(got.first, (std::vector<bool>{false, false}));
+    EXPECT_EQ(got.second, (std::vector<std::string>{"came later", "here already"}));
+    // Both answered: a message here is a call again.
+    send_to_self(self, n, tag, "again");
+    await_unexpected(self, n, 1);
+    got = take(self, app, {tag}, [] {});
+    EXPECT_EQ(got.first, (std::vector<bool>{true}));
+    EXPECT_EQ(got.second, (std::vector<std::string>{"again"}));
     testing::kill_and_wait(self, app);
   }
   n.stop();
