@@ -39,7 +39,7 @@ class rank_port {
   explicit rank_port(rank_actor rank) : rank_{std::move(rank)}, direct_{direct_entry_of(rank_)} {}
 
   const rank_actor& rank() const noexcept { return rank_; }
-  /// True when sends may go as calls (the rank actor is resident on a reactor thread).
+  /// True when sends and receives may go as calls (the rank actor runs on a reactor thread).
   bool has_direct_entry() const noexcept { return direct_ != nullptr; }
   /// Sends and receives that went as calls, and as requests.
   std::uint64_t direct_sends() const noexcept { return direct_sends_; }

@@ -4,8 +4,9 @@
 // actor from a scoped actor (rows "p2p.actor") and from an event-based app actor hosted on the
 // node's reactor thread (rows "p2p.hosted"); against Open MPI's MPI_Send/MPI_Recv
 // (bench/peers/mpi_p2p.cpp under `mpirun -n 2`, btl tcp or vader) run in the same invocation,
-// interleaved: per run comm, MPI, actor, hosted, then the next run; medians over the runs. Without mpirun or peer_mpi_p2p (built when
-// libopenmpi-dev is installed) the rows say peer "none".
+// interleaved: per run comm, MPI, actor, hosted, then the next run; medians over the runs. Without
+// mpirun or peer_mpi_p2p (built when libopenmpi-dev is installed) the rows say peer "none".
+// VESSEL_BENCH_P2P_PATHS picks a subset.
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -267,25 +268,59 @@ void add_rows(report& out, const char* bench, const char* transport, const sampl
   }
 }
 
+/// Which ways in a run measures: VESSEL_BENCH_P2P_PATHS, a comma-separated subset of comm, mpi,
+/// actor, hosted (all when unset), so that one path can be compared with itself across builds
+/// without waiting for the others.
+struct p2p_paths {
+  bool comm = true, mpi = true, actor = true, hosted = true;
+
+  static std::optional<p2p_paths> from_env() {
+    const char* v = std::getenv("VESSEL_BENCH_P2P_PATHS");
+    if (v == nullptr || *v == '\0') return p2p_paths{};
+    p2p_paths chosen{false, false, false, false};
+    std::stringstream list{v};
+    for (std::string name; std::getline(list, name, ',');) {
+      if (name == "comm")
+        chosen.comm = true;
+      else if (name == "mpi")
+        chosen.mpi = true;
+      else if (name == "actor")
+        chosen.actor = true;
+      else if (name == "hosted")
+        chosen.hosted = true;
+      else
+        return std::nullopt;
+    }
+    return chosen;
+  }
+};
+
 int run_p2p(const bench_options& opts, report& out, const char* transport) {
   const p2p_schedule schedule = p2p_schedule::from(opts);
   if (schedule.latency.empty() && schedule.bandwidth.empty()) {
     std::fprintf(stderr, "vessel-bench p2p: no size to measure\n");
     return 2;
   }
-  auto mpi = mpi_command(transport);
+  const auto paths = p2p_paths::from_env();
+  if (!paths) {
+    std::fprintf(stderr,
+                 "vessel-bench p2p: VESSEL_BENCH_P2P_PATHS takes a comma-separated subset of "
+                 "comm, mpi, actor, hosted\n");
+    return 2;
+  }
+  auto mpi = paths->mpi ? mpi_command(transport) : std::nullopt;
   samples comm_side, actor_side, hosted_side, mpi_side;
   for (std::size_t run = 0; run < opts.runs; ++run) {
-    if (!run_vessel(p2p_path::comm, transport, schedule, comm_side)) {
+    if (paths->comm && !run_vessel(p2p_path::comm, transport, schedule, comm_side)) {
       std::fprintf(stderr, "vessel-bench p2p: the comm ranks failed (run %zu)\n", run);
       return 1;
     }
     if (mpi && !run_mpi(*mpi, schedule, mpi_side)) mpi.reset();
-    if (!run_vessel(p2p_path::actor, transport, schedule, actor_side)) {
+    if (paths->actor && !run_vessel(p2p_path::actor, transport, schedule, actor_side)) {
       std::fprintf(stderr, "vessel-bench p2p: the actor ranks failed (run %zu)\n", run);
       return 1;
     }
-    if (!run_vessel(p2p_path::hosted_actor, transport, schedule, hosted_side)) {
+    if (paths->hosted && !run_vessel(p2p_path::hosted_actor, transport, schedule, hosted_side)) {
       std::fprintf(stderr, "vessel-bench p2p: the hosted actor ranks failed (run %zu)\n", run);
       return 1;
     }
