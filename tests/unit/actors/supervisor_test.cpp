@@ -228,6 +228,10 @@ TEST_F(supervisor_test, nested_supervisor_escalation_restarts_the_subtree) {
       return count(es, supervisor_event::kind::started, "leaf") == static_cast<std::size_t>(i) + 1;
     }));
   }
+  // The new inner supervisor starts its leaf before the root has recorded starting it: wait for
+  // both.
+  ASSERT_TRUE(events->wait_until(
+      [](const auto& es) { return count(es, supervisor_event::kind::started, "inner") == 2; }));
   const auto es = events->snapshot();
   EXPECT_EQ(count(es, supervisor_event::kind::escalated, "leaf"), 1u);
   EXPECT_EQ(count(es, supervisor_event::kind::failed, "inner"), 1u);
