@@ -44,11 +44,7 @@ result<message_matcher::post_result> message_matcher::post_receive(std::uint32_t
     return comm_errc::source_out_of_range;
   }
   post_result out;
-  if (const std::uint32_t hit = find_unexpected(source, tag); hit != nil) {
-    ++stats_.matched_on_post;
-    out.message = take_unexpected(hit);
-    return out;
-  }
+  if ((out.message = take_now(source, tag))) return out;
   const std::uint32_t index = allocate_pending();
   pending_node& n = pending_[index];
   n.source = source;
@@ -120,6 +116,14 @@ bool message_matcher::claim(receive_id id) noexcept {
   ++stats_.matched_on_arrival;
   ++stats_.claimed;
   return true;
+}
+
+std::optional<p2p_message> message_matcher::take_now(std::uint32_t source, std::uint64_t tag) {
+  if (source != any_source && source >= config_.world_size) return std::nullopt;
+  const std::uint32_t hit = find_unexpected(source, tag);
+  if (hit == nil) return std::nullopt;
+  ++stats_.matched_on_post;
+  return take_unexpected(hit);
 }
 
 const p2p_message* message_matcher::probe(std::uint32_t source, std::uint64_t tag) const noexcept {

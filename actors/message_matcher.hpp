@@ -144,6 +144,11 @@ class message_matcher {
   /// it (MPI_Iprobe); nullptr when none.
   const p2p_message* probe(std::uint32_t source, std::uint64_t tag) const noexcept;
 
+  /// What post_receive() takes at once: the oldest unexpected message a receive for (`source`,
+  /// `tag`) fits, taken; nullopt, and nothing posted, when none is here or `source` is out of
+  /// range.
+  std::optional<p2p_message> take_now(std::uint32_t source, std::uint64_t tag);
+
   const matcher_stats& stats() const noexcept { return stats_; }
   /// True while credit is withheld (the queue is over its bound and has not drained yet).
   bool over_bound() const noexcept { return over_bound_; }

@@ -122,11 +122,9 @@ struct rank_state {
   // What a receive for (`source`, `tag`) takes at once: the oldest matching unexpected message;
   // nothing (and nothing posted) when there is none or `source` is no rank of this world.
   std::optional<envelope> receive_now(std::uint32_t source, std::uint64_t tag) {
-    if (source != rank_any_source && source >= config.world_size) return std::nullopt;
-    if (matcher->probe(source, tag) == nullptr) return std::nullopt;
-    auto posted = matcher->post_receive(source, tag, next_cookie++);
-    if (!posted || !posted.value().message) return std::nullopt;  // probe said it is there
-    return received_now(std::move(*posted.value().message));
+    auto m = matcher->take_now(source, tag);
+    if (!m) return std::nullopt;
+    return received_now(std::move(*m));
   }
 
   // Matches a batch of arrivals against the receives posted; the rest waits as unexpected.
@@ -352,12 +350,9 @@ class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_bas
   }
 
   bool take(event_batch<inbound_message>& batch) override {
-    int expected = direct_arrivals::free;
     // Off the reactor thread (a flush once it stopped), or while the actor runs (its own send
     // filled a batch and flushed it): as a message, which the handler counts off.
-    if (!unit().reactor().is_reactor_thread() ||
-        !direct_.user.compare_exchange_strong(expected, direct_arrivals::taking,
-                                              std::memory_order_acquire)) {
+    if (!claim_state()) {
       direct_.queued.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
@@ -367,38 +362,38 @@ class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_bas
     } else {
       direct_.queued.fetch_add(1, std::memory_order_relaxed);
     }
-    direct_.user.store(direct_arrivals::free, std::memory_order_release);
+    release_state();
     return direct;
   }
 
   std::optional<envelope> try_receive(std::uint32_t source, std::uint64_t tag) override {
-    int expected = direct_arrivals::free;
-    if (!unit().reactor().is_reactor_thread() ||
-        !direct_.user.compare_exchange_strong(expected, direct_arrivals::taking,
-                                              std::memory_order_acquire)) {
-      return std::nullopt;
-    }
+    if (!claim_state()) return std::nullopt;
     std::optional<envelope> got;
     if (direct_.live) got = state.receive_now(source, tag);
-    direct_.user.store(direct_arrivals::free, std::memory_order_release);
+    release_state();
     return got;
   }
 
   send_outcome try_send(std::uint32_t dst, std::uint64_t tag, payload& data) override {
-    int expected = direct_arrivals::free;
-    if (!unit().reactor().is_reactor_thread() ||
-        !direct_.user.compare_exchange_strong(expected, direct_arrivals::taking,
-                                              std::memory_order_acquire)) {
-      return send_outcome::not_taken;
-    }
+    if (!claim_state()) return send_outcome::not_taken;
     auto outcome = send_outcome::not_taken;
     if (direct_.live && dst < state.config.world_size && state.can_send_now(dst))
       outcome = state.send_now(dst, tag, data) ? send_outcome::sent : send_outcome::stopped;
-    direct_.user.store(direct_arrivals::free, std::memory_order_release);
+    release_state();
     return outcome;
   }
 
  private:
+  // The state for a call, on the reactor thread between the actor's runs; the caller gives it
+  // back (release_state). False elsewhere, or while the actor runs.
+  bool claim_state() {
+    int expected = direct_arrivals::free;
+    return unit().reactor().is_reactor_thread() &&
+           direct_.user.compare_exchange_strong(expected, direct_arrivals::taking,
+                                                std::memory_order_acquire);
+  }
+  void release_state() { direct_.user.store(direct_arrivals::free, std::memory_order_release); }
+
   rank_actor_config config_;
   std::shared_ptr<outbox> out_;
   direct_arrivals direct_;

@@ -94,6 +94,23 @@ TEST_F(matcher_test, receive_takes_the_oldest_unexpected_message_that_fits) {
   EXPECT_EQ(m.stats().unexpected_bytes, 0u);
 }
 
+TEST_F(matcher_test, take_now_takes_what_a_receive_would_and_never_posts_one) {
+  message_matcher m{config(), sink_};
+  EXPECT_FALSE(m.take_now(1, 10));  // nothing here: nothing taken, nothing posted
+  EXPECT_FALSE(m.take_now(9, 10));  // no such rank
+  EXPECT_EQ(m.stats().pending_receives, 0u);
+  ASSERT_FALSE(m.arrive(msg(1, 10, 1)).value());
+  ASSERT_FALSE(m.arrive(msg(2, 10, 2)).value());
+  ASSERT_FALSE(m.arrive(msg(1, 11, 3)).value());
+  EXPECT_EQ(stamp_of(*m.take_now(any_source, 10)), 1u);
+  EXPECT_EQ(stamp_of(*m.take_now(1, any_tag)), 3u);
+  EXPECT_FALSE(m.take_now(1, 10));
+  EXPECT_EQ(stamp_of(*m.take_now(2, 10)), 2u);
+  EXPECT_EQ(m.stats().unexpected_messages, 0u);
+  EXPECT_EQ(m.stats().matched_on_post, 3u);
+  EXPECT_EQ(m.stats().pending_receives, 0u);
+}
+
 TEST_F(matcher_test, arriving_message_completes_the_oldest_pending_receive_that_fits) {
   message_matcher m{config(), sink_};
   const receive_id specific = m.post_receive(1, 3, 1).value().id;

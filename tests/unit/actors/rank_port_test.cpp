@@ -275,8 +275,8 @@ TEST(rank_port_test, while_a_receive_request_is_out_later_receives_are_requests_
     await_unexpected(self, n, 1);
     // The receive for `tag` must wait; the one for `later`, whose message is here, goes behind it.
     auto got = take(self, app, {tag, later}, [&] {
-      await_pending(self, n,
-                    1);  // for `tag`: the request for `later` is answered from what is here
+      // The receive for `tag`; the request for `later` is answered from what is here.
+      await_pending(self, n, 1);
       send_to_self(self, n, tag, "came later");
     });
     EXPECT_EQ(got.first, (std::vector<bool>{false, false}));
