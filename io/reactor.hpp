@@ -20,6 +20,7 @@
 
 #include <boost/lockfree/queue.hpp>
 
+#include "io/coarse_clock.hpp"
 #include "io/io_op.hpp"
 #include "io/timer_queue.hpp"
 #include "io/uring_features.hpp"
@@ -276,6 +277,7 @@ class reactor {
   alignas(64) std::atomic<std::uint64_t> state_{0};
   std::uint64_t consumed_ = 0;  // items popped by the reactor
   std::vector<work_item> local_;  // posted from the reactor thread itself
+  std::vector<work_item> spare_;  // local_'s other buffer (run_posted swaps them)
 
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> finished_{false};
@@ -315,6 +317,7 @@ class reactor {
   std::size_t in_flight_ = 0;
   std::vector<io_op*> refused_;  // armed after stop began: complete with -ECANCELED next turn
   timer_queue timers_;
+  coarse_clock coarse_clock_;  // whether the earliest timer is near, without a steady_clock read
 };
 
 }  // namespace vessel::io

@@ -10,6 +10,7 @@
 #include <new>
 
 #include "io/buffer_pool.hpp"
+#include "io/reactor.hpp"
 #include "io/timer_queue.hpp"
 
 namespace {
@@ -129,6 +130,36 @@ TEST(timer_queue_alloc, rearming_and_cancelling_timers_never_allocate_once_warm)
   EXPECT_EQ(allocations, 0u);
   EXPECT_GE(fired, 10'000);
   EXPECT_EQ(cancelled, 11'000);
+}
+
+// A resident actor's hop, or a transport's continuation, is an item that the reactor thread posts
+// while running posted items; a watchdog timer far off stays pending. Once warm, turns like these
+// allocate nothing: the posted items' buffers trade places rather than going with the batch.
+TEST(reactor_alloc, turns_whose_items_post_again_never_allocate_once_warm) {
+  reactor_config config;
+  config.own_thread = false;
+  reactor r{config};
+  ASSERT_TRUE(r.start());
+  r.add_timer(std::chrono::hours{1}, [] {});
+  struct hop {
+    reactor* r;
+    int runs = 0;
+    static void run(void* self) noexcept {
+      auto* h = static_cast<hop*>(self);
+      ++h->runs;
+      h->r->post(work_item{&hop::run, h});
+    }
+  } a{&r}, b{&r};
+  r.post(work_item{&hop::run, &a});
+  r.post(work_item{&hop::run, &b});
+  for (int i = 0; i < 100; ++i) r.run_once(std::chrono::nanoseconds::zero());
+  const std::size_t before = g_news.load();
+  for (int i = 0; i < 10'000; ++i) r.run_once(std::chrono::nanoseconds::zero());
+  const std::size_t allocations = g_news.load() - before;
+  EXPECT_EQ(allocations, 0u);
+  EXPECT_EQ(a.runs, 10'100);
+  EXPECT_EQ(b.runs, 10'100);
+  r.stop();
 }
 
 }  // namespace
