@@ -317,13 +317,10 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
     batch.swap(refused_);
     for (auto* op : batch) op->complete(-ECANCELED, 0);
   }
-  // No steady_clock read on a turn whose earliest timer is not near (a clock read costs ~29 ns
-  // here, and a resident actor's message is several turns: the timers of a link are heartbeats and
-  // watchdogs, due every few hundred ms), and none on 63 in 64 turns of a borrower, who spins
-  // through turns.
-  if (!stopping_ && timers_.size() != 0 && (!lent_ || (++lent_turns_ & 63) == 0)) {
-    const auto next = timers_.next_deadline();
-    if (next && coarse_clock_.may_have_passed(*next)) timers_.run_due(clock::now());
+  // A borrower spins through turns: it looks at the timers on one in 64.
+  if (!stopping_ && timers_.size() != 0 && (!lent_ || (++lent_turns_ & 63) == 0) &&
+      timers_may_be_due()) {
+    timers_.run_due(clock::now());
   }
   // Stopping (cancelling everything, closing the ring) is the reactor thread's: a borrower gives
   // the loop back as soon as it sees stop_requested().
@@ -364,6 +361,7 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
   }
   if (sleep) {
     wait(max_wait);
+    waited_ = true;
     state_.fetch_and(~sleeping_bit, std::memory_order_acq_rel);
   } else if (!lent_ && (local_.empty() || ++submits_held_ >= max_submits_held)) {
     // A borrower prepares SQEs but leaves submitting to the reactor thread, which takes the loop
@@ -379,6 +377,17 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
   }
   reap();
   if (lent_) run_pollers();
+}
+
+// A steady_clock read costs ~29 ns here and a resident actor's message takes several turns, while
+// the timers are watchdogs, heartbeats and retries, due in milliseconds. A turn whose earliest
+// deadline is further off than the coarse clock can trail (1-5 ms measured) reads no clock; near
+// it, steady_clock decides on the first turn after a wait (which may have ended at that deadline)
+// and on every 8th busy turn, so a timer runs at most 7 turns late.
+bool reactor::timers_may_be_due() noexcept {
+  const auto next = timers_.no_deadline_before();
+  if (!next || !coarse_clock_.may_have_passed(*next)) return false;
+  return std::exchange(waited_, false) || (++near_turns_ & 7) == 0;
 }
 
 bool reactor::work_waiting() noexcept {

@@ -259,6 +259,8 @@ class reactor {
   bool spin_for_work(std::chrono::nanoseconds budget);
   void wait(std::chrono::nanoseconds max_wait);
   std::size_t run_posted();
+  /// Whether a turn should read the clock and run due timers (see reactor.cpp).
+  bool timers_may_be_due() noexcept;
   void reap();
   void begin_stopping();
   void cancel_all();
@@ -318,6 +320,8 @@ class reactor {
   std::vector<io_op*> refused_;  // armed after stop began: complete with -ECANCELED next turn
   timer_queue timers_;
   coarse_clock coarse_clock_;  // whether the earliest timer is near, without a steady_clock read
+  bool waited_ = false;        // the last turn blocked: the next one checks its timers (loop owner)
+  unsigned near_turns_ = 0;    // turns with a timer near, to space out their clock reads
 };
 
 }  // namespace vessel::io

@@ -32,6 +32,14 @@ class timer_queue {
   /// The earliest pending deadline, if any.
   std::optional<clock::time_point> next_deadline() noexcept;
 
+  /// A time that no pending deadline comes before (none: no timer at all): the earliest one kept,
+  /// which may be a cancelled timer's. No lookup, for a "could anything be due?" test on every
+  /// turn; run_due() then drops what was cancelled.
+  std::optional<clock::time_point> no_deadline_before() const noexcept {
+    if (heap_.empty()) return std::nullopt;
+    return heap_.front().deadline;
+  }
+
   /// Runs every timer due at `now`, earliest first (ties: the order of add). Timers that callbacks
   /// add are left for the next call, so a zero-delay timer cannot starve the reactor.
   std::size_t run_due(clock::time_point now);

@@ -122,6 +122,35 @@ TEST_P(reactor_timers, a_sleeping_reactor_wakes_for_its_timer_without_other_even
   EXPECT_GE(clock_type::duration{at.load()}, (t0 + 15ms).time_since_epoch());
 }
 
+// A reactor whose turns never wait (a resident actor's hops keep posting) reads the clock for its
+// timers only on some of them (reactor.cpp, timers_may_be_due): a due timer still runs within a
+// few turns, whether the clock read is skipped because the deadline is far or spaced out near it.
+TEST_P(reactor_timers, a_reactor_that_never_waits_runs_a_due_timer_within_eight_turns) {
+  reactor r{testing::driven(GetParam())};
+  ASSERT_TRUE(r.start());
+  struct hop {
+    reactor* r;
+    static void run(void* self) noexcept {
+      auto* h = static_cast<hop*>(self);
+      h->r->post(work_item{&hop::run, h});
+    }
+  } busy{&r};
+  r.post(work_item{&hop::run, &busy});
+  bool fired = false;
+  r.add_timer(20ms, [&] { fired = true; });
+  const auto due = clock_type::now() + 20ms;  // at or after the timer's own deadline
+  int turns_after_due = 0;
+  const auto limit = due + 5s;
+  while (!fired && clock_type::now() < limit) {
+    r.run_once(0ns);
+    if (!fired && clock_type::now() >= due) ++turns_after_due;
+  }
+  ASSERT_TRUE(fired);
+  EXPECT_LE(turns_after_due, 8);
+  r.stop();
+  r.run();
+}
+
 TEST_P(reactor_timers, pending_timers_are_dropped_unrun_at_stop) {
   reactor r{testing::driven(GetParam())};
   ASSERT_TRUE(r.start());
