@@ -300,7 +300,7 @@ class reactor {
   std::atomic<std::uint32_t> park_word_{0};
   std::atomic<bool> lending_allowed_{true};
   bool lent_ = false;                 // loop owner only
-  unsigned lent_turns_ = 0;           // borrowed turns, to space out their timer checks
+  unsigned lent_turns_ = 0;           // borrowed turns with a timer near, to space out clock reads
   unsigned submits_held_ = 0;         // turns that left their SQEs to the next (posted work)
   static constexpr unsigned max_submits_held = 8;
   std::uint64_t arrivals_ = 0;        // loop owner only (note_arrival)
