@@ -279,7 +279,6 @@ class reactor {
   alignas(64) std::atomic<std::uint64_t> state_{0};
   std::uint64_t consumed_ = 0;  // items popped by the reactor
   std::vector<work_item> local_;  // posted from the reactor thread itself
-  std::vector<work_item> spare_;  // local_'s other buffer (run_posted swaps them)
 
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> finished_{false};
@@ -300,7 +299,7 @@ class reactor {
   std::atomic<std::uint32_t> park_word_{0};
   std::atomic<bool> lending_allowed_{true};
   bool lent_ = false;                 // loop owner only
-  unsigned lent_turns_ = 0;           // borrowed turns with a timer near, to space out clock reads
+  unsigned lent_turns_ = 0;           // borrowed turns, to space out their timer checks
   unsigned submits_held_ = 0;         // turns that left their SQEs to the next (posted work)
   static constexpr unsigned max_submits_held = 8;
   std::uint64_t arrivals_ = 0;        // loop owner only (note_arrival)
@@ -319,6 +318,9 @@ class reactor {
   std::size_t in_flight_ = 0;
   std::vector<io_op*> refused_;  // armed after stop began: complete with -ECANCELED next turn
   timer_queue timers_;
+  // local_'s other buffer (run_posted swaps them). Here, not beside local_: there it moved
+  // owner_ and stop_requested_, which post() reads from every thread, off state_'s cache line.
+  std::vector<work_item> spare_;
   coarse_clock coarse_clock_;  // whether the earliest timer is near, without a steady_clock read
   bool waited_ = false;        // the last turn blocked: the next one checks its timers (loop owner)
   unsigned near_turns_ = 0;    // turns with a timer near, to space out their clock reads
