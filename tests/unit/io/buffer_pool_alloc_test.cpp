@@ -12,6 +12,7 @@
 #include "io/buffer_pool.hpp"
 #include "io/reactor.hpp"
 #include "io/timer_queue.hpp"
+#include "tests/unit/io/reactor_test_support.hpp"
 
 namespace {
 std::atomic<std::size_t> g_news{0};
@@ -141,17 +142,9 @@ TEST(reactor_alloc, turns_whose_items_post_again_never_allocate_once_warm) {
   reactor r{config};
   ASSERT_TRUE(r.start());
   r.add_timer(std::chrono::hours{1}, [] {});
-  struct hop {
-    reactor* r;
-    int runs = 0;
-    static void run(void* self) noexcept {
-      auto* h = static_cast<hop*>(self);
-      ++h->runs;
-      h->r->post(work_item{&hop::run, h});
-    }
-  } a{&r}, b{&r};
-  r.post(work_item{&hop::run, &a});
-  r.post(work_item{&hop::run, &b});
+  testing::reposting_item a{&r}, b{&r};
+  a.start();
+  b.start();
   for (int i = 0; i < 100; ++i) r.run_once(std::chrono::nanoseconds::zero());
   const std::size_t before = g_news.load();
   for (int i = 0; i < 10'000; ++i) r.run_once(std::chrono::nanoseconds::zero());

@@ -83,4 +83,18 @@ inline reactor_config driven(bool better_paths) {
   return c;
 }
 
+/// An item that posts itself again each time it runs, as a resident actor's next hop or a
+/// transport's continuation does: the reactor's turns never wait while it is queued. Post it once
+/// with start(); it stops when the reactor refuses posts (after stop()).
+struct reposting_item {
+  reactor* r;
+  int runs = 0;
+  void start() { r->post(work_item{&reposting_item::run, this}); }
+  static void run(void* self) noexcept {
+    auto* item = static_cast<reposting_item*>(self);
+    ++item->runs;
+    item->start();
+  }
+};
+
 }  // namespace vessel::io::testing

@@ -128,14 +128,8 @@ TEST_P(reactor_timers, a_sleeping_reactor_wakes_for_its_timer_without_other_even
 TEST_P(reactor_timers, a_reactor_that_never_waits_runs_a_due_timer_within_eight_turns) {
   reactor r{testing::driven(GetParam())};
   ASSERT_TRUE(r.start());
-  struct hop {
-    reactor* r;
-    static void run(void* self) noexcept {
-      auto* h = static_cast<hop*>(self);
-      h->r->post(work_item{&hop::run, h});
-    }
-  } busy{&r};
-  r.post(work_item{&hop::run, &busy});
+  testing::reposting_item busy{&r};
+  busy.start();
   bool fired = false;
   r.add_timer(20ms, [&] { fired = true; });
   const auto due = clock_type::now() + 20ms;  // at or after the timer's own deadline
