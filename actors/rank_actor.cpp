@@ -37,7 +37,8 @@ struct pending_receive {
   receive_id id = 0;
   std::uint32_t source = 0;
   std::uint64_t tag = 0;
-  caf::typed_response_promise<envelope> promise;
+  caf::typed_response_promise<envelope> promise;   // a request's
+  direct_wait wait;                                // or, with a waiter, one posted by a call
   std::optional<deadline_map::iterator> deadline;  // none: waits without a timeout
 };
 
@@ -84,6 +85,7 @@ struct direct_arrivals {
   std::atomic<int> user{free};
   std::atomic<std::uint32_t> queued{0};  // batches sent as messages and not yet taken
   bool live = false;                     // the behaviour is made and the state not yet destroyed
+  io::reactor* reactor = nullptr;        // the thread where receives posted by calls complete
 };
 
 struct rank_state {
@@ -104,13 +106,39 @@ struct rank_state {
 
   ~rank_state() {
     if (direct != nullptr) direct->live = false;
+    // A request's promise goes unanswered, as any actor's that ends; a receive posted by a call
+    // has no promise for CAF to bounce, so its waiter is told.
+    for (auto& [cookie, r] : receives) {
+      if (r.wait.waiter != nullptr)
+        complete(r, to_caf_error(actor_errc::node_stopped, "the rank actor has ended"));
+    }
     matcher.reset();  // drops unexpected payloads (their blocks go back to the pool)
     if (credit) credit->release_all();
   }
 
   void deliver(pending_receive& r, p2p_message&& m) {
     if (r.deadline) deadlines.erase(*r.deadline);
-    r.promise.deliver(received_now(std::move(m)));
+    complete(r, received_now(std::move(m)));
+  }
+
+  // Answers a posted receive: the reply to its request, or its waiter's call.
+  void complete(pending_receive& r, caf::expected<envelope> result) {
+    if (r.wait.waiter == nullptr) {
+      if (result)
+        r.promise.deliver(std::move(*result));
+      else
+        r.promise.deliver(std::move(result.error()));
+      return;
+    }
+    // Waiters live in actors resident on the reactor thread and are touched there only. Off it
+    // (the reactor has stopped and this actor runs on a CAF worker) the node is going down, and
+    // the result goes where a reply to an actor that has gone goes.
+    if (direct == nullptr || direct->reactor == nullptr || !direct->reactor->is_reactor_thread()) {
+      log::get("actors").debug("rank actor: a receive posted by a call ended off the reactor");
+      return;
+    }
+    if (auto owner = r.wait.owner.lock())
+      r.wait.waiter->received(r.wait.token, std::move(result), std::move(owner));
   }
 
   // A receive that took `m`.
@@ -203,6 +231,18 @@ void arm_deadline_tick(self_ptr self) {
                      tick_stamp(next));
 }
 
+// Keeps a posted receive that found nothing here until its message comes or `timeout` passes.
+void park(self_ptr self, pending_receive r, std::uint64_t cookie, caf::timespan timeout) {
+  auto& st = self->state;
+  const auto now = deadline_clock::now();
+  const auto wait = std::chrono::duration_cast<deadline_clock::duration>(timeout);
+  if (wait < deadline_clock::time_point::max() - now) {  // else: as good as forever
+    r.deadline = st.deadlines.emplace(now + wait, cookie);
+  }
+  st.receives.emplace(cookie, std::move(r));
+  arm_deadline_tick(self);
+}
+
 std::string describe_receive(std::uint32_t source, std::uint64_t tag) {
   std::string what = "no message from ";
   what += source == rank_any_source ? std::string{"any source"} : "rank " + std::to_string(source);
@@ -270,14 +310,7 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
                               describe_receive(source, tag) + " waiting");
         }
         auto promise = self->make_response_promise<envelope>();
-        pending_receive r{p.id, source, tag, promise, std::nullopt};
-        const auto now = deadline_clock::now();
-        const auto wait = std::chrono::duration_cast<deadline_clock::duration>(timeout);
-        if (wait < deadline_clock::time_point::max() - now) {  // else: as good as forever
-          r.deadline = st.deadlines.emplace(now + wait, cookie);
-        }
-        st.receives.emplace(cookie, std::move(r));
-        arm_deadline_tick(self);
+        park(self, pending_receive{p.id, source, tag, promise, {}, std::nullopt}, cookie, timeout);
         return promise;
       },
       [self](stats_atom) {
@@ -311,10 +344,10 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
           if (it == st.receives.end()) continue;  // cannot happen: deliver() erases both
           st.matcher->cancel(it->second.id);
           ++st.stats.receive_timeouts;
-          it->second.promise.deliver(to_caf_error(
-              actor_errc::receive_timeout,
-              describe_receive(it->second.source, it->second.tag) + " arrived in time"));
-          st.receives.erase(it);
+          auto r = std::move(it->second);
+          st.receives.erase(it);  // before the waiter's call, which may post another receive
+          st.complete(r, to_caf_error(actor_errc::receive_timeout,
+                                      describe_receive(r.source, r.tag) + " arrived in time"));
         }
         arm_deadline_tick(self);
       },
@@ -333,6 +366,7 @@ class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_bas
   behavior_type make_behavior() override {
     auto behavior = rank_impl(this, config_, std::move(out_));
     state.direct = &direct_;
+    direct_.reactor = &unit().reactor();
     direct_.live = true;
     return behavior;
   }
@@ -366,12 +400,13 @@ class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_bas
     return direct;
   }
 
-  std::optional<envelope> try_receive(std::uint32_t source, std::uint64_t tag) override {
-    if (!claim_state()) return std::nullopt;
-    std::optional<envelope> got;
-    if (direct_.live) got = state.receive_now(source, tag);
+  receive_outcome try_receive(std::uint32_t source, std::uint64_t tag, direct_wait& wait,
+                              std::optional<envelope>& got) override {
+    if (!claim_state()) return receive_outcome::not_taken;
+    auto outcome = receive_outcome::not_taken;
+    if (direct_.live) outcome = receive_or_wait(source, tag, wait, got);
     release_state();
-    return got;
+    return outcome;
   }
 
   send_outcome try_send(std::uint32_t dst, std::uint64_t tag, payload& data) override {
@@ -393,6 +428,27 @@ class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_bas
                                                 std::memory_order_acquire);
   }
   void release_state() { direct_.user.store(direct_arrivals::free, std::memory_order_release); }
+
+  // The receive handler's work without its messages; what it would answer at once with an
+  // error (source out of range, nothing here and no time to wait) is left to a request.
+  receive_outcome receive_or_wait(std::uint32_t source, std::uint64_t tag, direct_wait& wait,
+                                  std::optional<envelope>& got) {
+    if (wait.waiter == nullptr || wait.timeout <= caf::timespan::zero()) {
+      got = state.receive_now(source, tag);
+      return got ? receive_outcome::taken : receive_outcome::not_taken;
+    }
+    const auto timeout = wait.timeout;
+    const std::uint64_t cookie = state.next_cookie++;
+    auto posted = state.matcher->post_receive(source, tag, cookie);
+    if (!posted) return receive_outcome::not_taken;
+    if (posted.value().message) {
+      got = state.received_now(std::move(*posted.value().message));
+      return receive_outcome::taken;
+    }
+    park(this, pending_receive{posted.value().id, source, tag, {}, std::move(wait), std::nullopt},
+         cookie, timeout);
+    return receive_outcome::waiting;
+  }
 
   rank_actor_config config_;
   std::shared_ptr<outbox> out_;

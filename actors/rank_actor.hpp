@@ -16,7 +16,10 @@
 #include <memory>
 #include <optional>
 
+#include <caf/actor_control_block.hpp>
+#include <caf/expected.hpp>
 #include <caf/typed_actor.hpp>
+#include <caf/weak_intrusive_ptr.hpp>
 
 #include "actors/actor_interfaces.hpp"
 #include "actors/event_batcher.hpp"
@@ -49,6 +52,28 @@ struct rank_actor_config {
 
 class reactor_execution_unit;
 
+/// Where a receive posted by a call (rank_direct_entry::try_receive with a waiter) completes:
+/// the rank actor hands it the message, or the error, on the reactor thread, from its own run or
+/// a direct take, never inside the call that posted the receive. The owner (the actor the waiter
+/// lives in) is held alive for the call; a waiter whose owner has gone gets nothing, as a reply
+/// to an actor that has gone reaches no one.
+class receive_waiter {
+ public:
+  virtual void received(std::uint64_t token, caf::expected<envelope> result,
+                        caf::strong_actor_ptr owner) = 0;
+
+ protected:
+  ~receive_waiter() = default;
+};
+
+/// A receive that may wait in the rank actor for its message, completed through `waiter`.
+struct direct_wait {
+  caf::timespan timeout{};  ///< as the receive request's; zero or less: take only what is here
+  receive_waiter* waiter = nullptr;
+  caf::weak_actor_ptr owner;
+  std::uint64_t token = 0;  ///< handed back with the result
+};
+
 /// A rank actor resident on the reactor thread takes the reactor's batches as calls. A batch
 /// sent as a message costs the reactor a mailbox element, a posted resumption and a behaviour
 /// dispatch (~450 ns here, a fifth of an 8-byte message through the actor API); taken directly
@@ -76,11 +101,19 @@ class rank_direct_entry {
   /// caller must have been answered, or this one would overtake them (rank_port sees to it).
   virtual send_outcome try_send(std::uint32_t dst, std::uint64_t tag, payload& data) = 0;
 
-  /// Reactor thread, from an actor resident there. The message a receive for (`source`, `tag`)
-  /// takes when one is already here, as the receive handler's immediate reply; nothing when none
-  /// is, `source` is out of range, or the actor runs: post the receive as a request then. Earlier
-  /// receive requests of the same caller must have been answered (rank_port sees to it).
-  virtual std::optional<envelope> try_receive(std::uint32_t source, std::uint64_t tag) = 0;
+  enum class receive_outcome : std::uint8_t {
+    taken,      ///< `got` holds the message: what the receive handler's immediate reply says
+    waiting,    ///< posted as the handler posts a receive; `wait.waiter` gets its result
+    not_taken,  ///< nothing done (`source` out of range, no time to wait, or the actor runs):
+                ///< send the receive as a request
+  };
+  /// Reactor thread, from an actor resident there: a receive for (`source`, `tag`), as the
+  /// receive handler would take it, without a message either way. The oldest matching message
+  /// already here is taken now; otherwise, with time to wait, the receive is posted and waits
+  /// (in order with every other receive posted, timed out as a request's is). Earlier receive
+  /// requests of the same caller must have been answered (rank_port sees to it).
+  virtual receive_outcome try_receive(std::uint32_t source, std::uint64_t tag, direct_wait& wait,
+                                      std::optional<envelope>& got) = 0;
 
  protected:
   ~rank_direct_entry() = default;

@@ -15,12 +15,17 @@
 // and go to CAF's scheduler, and so does everything once the reactor has stopped.
 
 #include <cstddef>
+#include <exception>
 #include <utility>
+#include <vector>
 
+#include <caf/abstract_actor.hpp>
 #include <caf/actor_config.hpp>
+#include <caf/error.hpp>
 #include <caf/execution_unit.hpp>
 #include <caf/mailbox_element.hpp>
 #include <caf/resumable.hpp>
+#include <caf/sec.hpp>
 
 #include "io/reactor.hpp"
 
@@ -47,6 +52,17 @@ class resident_unit final : public caf::execution_unit {
   reactor_resident* resident_;
 };
 
+/// What a resident lets go of when it ends: state CAF does not know about that may hold the
+/// actor itself (rank_port's waiting handlers, whose response promises do), as CAF drops an
+/// ending actor's reply handlers.
+class resident_exit_hook {
+ public:
+  virtual void resident_ends() noexcept = 0;
+
+ protected:
+  ~resident_exit_hook() = default;
+};
+
 /// The side of a reactor-hosted actor that its execution unit sees.
 class reactor_resident {
  public:
@@ -59,12 +75,18 @@ class reactor_resident {
   resident_unit& own_unit() noexcept { return own_unit_; }
   /// The actor as CAF's scheduler sees it.
   virtual caf::resumable* job() noexcept = 0;
+  /// From the actor's thread: `hook` is told when the actor ends (once), and must live as long.
+  void call_at_end(resident_exit_hook& hook) { exit_hooks_.push_back(&hook); }
 
  protected:
   ~reactor_resident() = default;
+  void run_exit_hooks() noexcept {
+    for (auto* hook : std::exchange(exit_hooks_, {})) hook->resident_ends();
+  }
 
  private:
   resident_unit own_unit_;
+  std::vector<resident_exit_hook*> exit_hooks_;
 };
 
 /// The reactor thread that residents share. CAF never sees it as an execution unit: each
@@ -106,6 +128,33 @@ class on_reactor_thread : public Base, public reactor_resident {
     Base::launch(&own_unit(), lazy, hide);
   }
   caf::resumable* job() noexcept override { return this; }
+  bool cleanup(caf::error&& reason, caf::execution_unit* host) override {
+    run_exit_hooks();
+    return Base::cleanup(std::move(reason), host);
+  }
+
+  /// Reactor thread, between this actor's runs (from a work item of its own): runs `f` as one of
+  /// its handlers would run, for what completes without a message (rank_port's receives).
+  /// Nothing runs once the actor is ending (false); a quit() in `f` ends it here, as at the end
+  /// of a handler, and so does an exception, with its text (as keep_exception_text does for one
+  /// from a handler: CAF's exception handler is not reachable from outside its runs).
+  template <class F>
+  bool run_as_handler(F&& f) {
+    using caf::abstract_actor;
+    if (this->getf(abstract_actor::is_shutting_down_flag | abstract_actor::is_terminated_flag |
+                   abstract_actor::is_cleaned_up_flag))
+      return false;
+    this->current_mailbox_element(nullptr);  // the last run's, gone: no request here to answer
+    try {
+      std::forward<F>(f)();
+    } catch (const std::exception& e) {
+      this->quit(caf::make_error(caf::sec::runtime_error, e.what()));
+    } catch (...) {
+      this->quit(caf::make_error(caf::sec::runtime_error, "unknown exception"));
+    }
+    this->finalize();
+    return true;
+  }
 };
 
 }  // namespace vessel::actors

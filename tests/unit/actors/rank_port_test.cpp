@@ -1,11 +1,14 @@
 // rank_port: an app actor resident on the rank actor's reactor thread sends, and receives
-// messages already here, as calls whenever the rank actor would answer at once; while one of its
-// requests is unanswered, later sends (receives) go as requests too, so nothing overtakes; an
-// app elsewhere, or a rank actor on CAF's workers, gets requests, as before. Every message
-// arrives once, in order.
+// messages already here, as calls whenever the rank actor would answer at once; a receive whose
+// message is not here waits in the rank actor and completes without a message, its handler run
+// between the app's runs (timeouts, the app's end, quit() and exceptions in that handler
+// included); while one of its requests is unanswered, later sends (receives) go as requests too,
+// so nothing overtakes; an app elsewhere, or a rank actor on CAF's workers, gets requests, as
+// before. Every message arrives once, in order.
 
 #include <chrono>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -87,9 +90,14 @@ class sender : public Base {
 };
 
 using take_atom = caf::atom_constant<caf::atom("take")>;
+using counts_atom = caf::atom_constant<caf::atom("counts")>;
+
+/// A tag that the receiver takes from a rank out of range instead (answered with an error).
+constexpr std::uint64_t from_nowhere = 999;
 
 /// Receives from rank 0 with each tag of a list, all from one handler, through a rank_port.
 /// Answers, once every receive has its message, with which went as calls and what each took.
+/// A message "quit" makes the handler that takes it quit; one "throw" makes it throw.
 class resident_receiver final : public on_reactor_thread<caf::event_based_actor> {
  public:
   resident_receiver(caf::actor_config& cfg, reactor_execution_unit* unit, rank_actor rank)
@@ -97,43 +105,60 @@ class resident_receiver final : public on_reactor_thread<caf::event_based_actor>
 
   caf::behavior make_behavior() override {
     using answer = caf::result<std::vector<bool>, std::vector<std::string>>;
-    return {[this](take_atom, const std::vector<std::uint64_t>& tags) -> answer {
-      auto promise = make_response_promise<std::vector<bool>, std::vector<std::string>>();
-      struct taken {
-        std::vector<bool> direct;
-        std::vector<std::string> texts;
-        std::size_t waiting = 0;
-      };
-      auto t = std::make_shared<taken>();
-      t->texts.resize(tags.size());
-      auto answer_when_all_came = [=]() mutable {
-        if (t->waiting == 0) promise.deliver(t->direct, t->texts);
-      };
-      for (std::size_t i = 0; i < tags.size(); ++i) {
-        auto got = port_.receive(
-            this, 0, tags[i], caf::timespan{5s},
-            [=](const envelope& e) mutable {
-              t->texts[i] = std::string{e.data.view()};
-              --t->waiting;
-              answer_when_all_came();
-            },
-            [=](caf::error& e) mutable {
-              t->texts[i] = "error: " + describe(e);
-              --t->waiting;
-              answer_when_all_came();
-            });
-        t->direct.push_back(got.has_value());
-        if (got)
-          t->texts[i] = std::string{got->data.view()};
-        else
-          ++t->waiting;
-      }
-      answer_when_all_came();
-      return promise;
-    }};
+    return {
+        [this](take_atom, const std::vector<std::uint64_t>& tags) -> answer {
+          return take(tags, caf::timespan{5s});
+        },
+        [this](take_atom, const std::vector<std::uint64_t>& tags, caf::timespan timeout) -> answer {
+          return take(tags, timeout);
+        },
+        [this](counts_atom) {
+          return std::vector<std::uint64_t>{port_.direct_receives(), port_.requested_receives(),
+                                            port_.waited_receives()};
+        },
+    };
   }
 
  private:
+  caf::result<std::vector<bool>, std::vector<std::string>> take(
+      const std::vector<std::uint64_t>& tags, caf::timespan timeout) {
+    auto promise = make_response_promise<std::vector<bool>, std::vector<std::string>>();
+    struct taken {
+      std::vector<bool> direct;
+      std::vector<std::string> texts;
+      std::size_t waiting = 0;
+    };
+    auto t = std::make_shared<taken>();
+    t->texts.resize(tags.size());
+    auto answer_when_all_came = [=]() mutable {
+      if (t->waiting == 0) promise.deliver(t->direct, t->texts);
+    };
+    for (std::size_t i = 0; i < tags.size(); ++i) {
+      const std::uint32_t source = tags[i] == from_nowhere ? out_of_range : 0;
+      auto got = port_.receive(
+          this, source, tags[i], timeout,
+          [=, this](const envelope& e) mutable {
+            t->texts[i] = std::string{e.data.view()};
+            if (t->texts[i] == "quit") return quit(caf::exit_reason::user_shutdown);
+            if (t->texts[i] == "throw") throw std::runtime_error{"thrown by a receive's handler"};
+            --t->waiting;
+            answer_when_all_came();
+          },
+          [=](caf::error& e) mutable {
+            t->texts[i] = "error: " + describe(e);
+            --t->waiting;
+            answer_when_all_came();
+          });
+      t->direct.push_back(got.has_value());
+      if (got)
+        t->texts[i] = std::string{got->data.view()};
+      else
+        ++t->waiting;
+    }
+    answer_when_all_came();
+    return promise;
+  }
+
   rank_port port_;
 };
 
@@ -203,7 +228,7 @@ void send_to_self(caf::scoped_actor& self, vessel::node& n, std::uint64_t with_t
       .receive([](sent_atom) {}, [](caf::error& e) { ADD_FAILURE() << describe(e); });
 }
 
-// Returns once the rank actor's stats say `count` of what `field` counts (now).
+// Returns once the rank actor's stats say `count` of what `field` counts (now), up or down.
 void await_stat(caf::scoped_actor& self, vessel::node& n, std::uint64_t rank_stats::*field,
                 std::uint64_t count) {
   const auto deadline = std::chrono::steady_clock::now() + 5s;
@@ -212,7 +237,7 @@ void await_stat(caf::scoped_actor& self, vessel::node& n, std::uint64_t rank_sta
     self->request(n.rank_actor(), caf::infinite, stats_atom::value)
         .receive([&](const rank_stats& s) { now = s.*field; },
                  [](caf::error& e) { ADD_FAILURE() << describe(e); });
-    if (now >= count || std::chrono::steady_clock::now() > deadline) {
+    if (now == count || std::chrono::steady_clock::now() > deadline) {
       ASSERT_EQ(now, count);
       return;
     }
@@ -231,16 +256,32 @@ void await_pending(caf::scoped_actor& self, vessel::node& n, std::uint64_t count
 
 using take_result = std::pair<std::vector<bool>, std::vector<std::string>>;
 
-// Asks `app` to take one message per tag; `more` runs while it waits (it sends what is missing).
+// Asks `app` to take one message per tag, each waiting up to `timeout`; `more` runs while it
+// waits (it sends what is missing).
 template <class More>
 take_result take(caf::scoped_actor& self, const caf::actor& app, std::vector<std::uint64_t> tags,
-                 More more) {
+                 caf::timespan timeout, More more) {
   take_result out;
-  self->send(app, take_atom::value, std::move(tags));
+  self->send(app, take_atom::value, std::move(tags), timeout);
   more();
   self->receive([&](std::vector<bool>& direct, std::vector<std::string>& texts) {
     out = {std::move(direct), std::move(texts)};
   });
+  return out;
+}
+
+template <class More>
+take_result take(caf::scoped_actor& self, const caf::actor& app, std::vector<std::uint64_t> tags,
+                 More more) {
+  return take(self, app, std::move(tags), caf::timespan{5s}, std::move(more));
+}
+
+// The receiver's port counts: direct, requested, waited receives.
+std::vector<std::uint64_t> counts(caf::scoped_actor& self, const caf::actor& app) {
+  std::vector<std::uint64_t> out;
+  self->request(app, 5s, counts_atom::value)
+      .receive([&](std::vector<std::uint64_t>& c) { out = std::move(c); },
+               [](caf::error& e) { ADD_FAILURE() << describe(e); });
   return out;
 }
 
@@ -259,7 +300,87 @@ TEST(rank_port_test, a_resident_app_takes_what_is_here_as_calls_and_waits_for_th
     });
     EXPECT_EQ(got.first, (std::vector<bool>{true, true, false}));
     EXPECT_EQ(got.second, (std::vector<std::string>{"a", "b", "c"}));
+    // The one that waited was posted by a call and completed without a request.
+    EXPECT_EQ(counts(self, app), (std::vector<std::uint64_t>{2, 0, 1}));
     testing::kill_and_wait(self, app);
+  }
+  n.stop();
+}
+
+TEST(rank_port_test, a_receive_that_waits_without_a_request_times_out_as_a_request_does) {
+  vessel::node n{small_config()};
+  {
+    caf::scoped_actor self{n.system()};
+    auto app = caf::actor_cast<caf::actor>(
+        n.system().spawn<resident_receiver>(n.reactor_host(), n.rank_actor()));
+    const auto started = std::chrono::steady_clock::now();
+    auto got = take(self, app, {tag}, caf::timespan{50ms}, [] {});
+    EXPECT_GE(std::chrono::steady_clock::now() - started, 50ms);
+    EXPECT_EQ(got.first, (std::vector<bool>{false}));
+    ASSERT_EQ(got.second.size(), 1u);
+    EXPECT_NE(got.second[0].find("no message from rank 0 with tag 9 arrived in time"),
+              std::string::npos)
+        << got.second[0];
+    EXPECT_EQ(counts(self, app), (std::vector<std::uint64_t>{0, 0, 1}));
+    await_pending(self, n, 0);
+    // What comes later waits as unexpected for the next receive.
+    send_to_self(self, n, tag, "late");
+    await_unexpected(self, n, 1);
+    got = take(self, app, {tag}, [] {});
+    EXPECT_EQ(got.second, (std::vector<std::string>{"late"}));
+    testing::kill_and_wait(self, app);
+  }
+  n.stop();
+}
+
+// Spawns a receiver, has it wait for one message with `tag`, and sends it `text`; returns how
+// the receiver ended.
+caf::error end_of_a_receiver_given(caf::scoped_actor& self, vessel::node& n,
+                                   const std::string& text) {
+  auto app = caf::actor_cast<caf::actor>(
+      n.system().spawn<resident_receiver>(n.reactor_host(), n.rank_actor()));
+  self->monitor(app);
+  self->send(app, take_atom::value, std::vector<std::uint64_t>{tag});
+  await_pending(self, n, 1);
+  send_to_self(self, n, tag, text);
+  caf::error reason;
+  self->receive([&](const caf::down_msg& d) { reason = d.reason; },
+                caf::after(std::chrono::seconds{5}) >> [] { ADD_FAILURE() << "the app lives"; });
+  return reason;
+}
+
+TEST(rank_port_test, quit_or_an_exception_in_a_handler_run_without_a_message_ends_the_app) {
+  vessel::node n{small_config()};
+  {
+    caf::scoped_actor self{n.system()};
+    EXPECT_EQ(end_of_a_receiver_given(self, n, "quit"), caf::exit_reason::user_shutdown);
+    auto thrown = end_of_a_receiver_given(self, n, "throw");
+    EXPECT_EQ(thrown, caf::sec::runtime_error);
+    EXPECT_NE(describe(thrown).find("thrown by a receive's handler"), std::string::npos)
+        << describe(thrown);
+    // Its rank actor goes on.
+    send_to_self(self, n, tag, "after");
+    EXPECT_EQ(receive(self, n.rank_actor()), "after");
+  }
+  n.stop();
+}
+
+TEST(rank_port_test, an_app_that_ends_while_its_receive_waits_is_not_called_and_the_rank_goes_on) {
+  vessel::node n{small_config()};
+  {
+    caf::scoped_actor self{n.system()};
+    auto app = caf::actor_cast<caf::actor>(
+        n.system().spawn<resident_receiver>(n.reactor_host(), n.rank_actor()));
+    self->send(app, take_atom::value, std::vector<std::uint64_t>{tag});
+    await_pending(self, n, 1);
+    testing::kill_and_wait(self, app);
+    app = nullptr;
+    // The receive it posted takes this one, as its request would have, and the result goes
+    // nowhere (under ASan: the port, gone with its actor, is not touched).
+    send_to_self(self, n, tag, "to no one");
+    await_pending(self, n, 0);
+    send_to_self(self, n, tag, "next");
+    EXPECT_EQ(receive(self, n.rank_actor()), "next");
   }
   n.stop();
 }
@@ -273,14 +394,14 @@ TEST(rank_port_test, while_a_receive_request_is_out_later_receives_are_requests_
     constexpr std::uint64_t later = tag + 1;
     send_to_self(self, n, later, "here already");
     await_unexpected(self, n, 1);
-    // The receive for `tag` must wait; the one for `later`, whose message is here, goes behind it.
-    auto got = take(self, app, {tag, later}, [&] {
-      // The receive for `tag`; the request for `later` is answered from what is here.
-      await_pending(self, n, 1);
-      send_to_self(self, n, tag, "came later");
-    });
+    // A receive from a rank out of range goes as a request (answered with the error); the one
+    // for `later`, whose message is here, goes behind it.
+    auto got = take(self, app, {from_nowhere, later}, [] {});
     EXPECT_EQ(got.first, (std::vector<bool>{false, false}));
-    EXPECT_EQ(got.second, (std::vector<std::string>{"came later", "here already"}));
+    ASSERT_EQ(got.second.size(), 2u);
+    EXPECT_EQ(got.second[0].rfind("error: ", 0), 0u) << got.second[0];
+    EXPECT_EQ(got.second[1], "here already");
+    EXPECT_EQ(counts(self, app), (std::vector<std::uint64_t>{0, 2, 0}));
     // Both answered: a message here is a call again.
     send_to_self(self, n, tag, "again");
     await_unexpected(self, n, 1);
