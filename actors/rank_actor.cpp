@@ -344,10 +344,10 @@ rank_impl_actor::behavior_type rank_impl(self_ptr self, rank_actor_config config
           if (it == st.receives.end()) continue;  // cannot happen: deliver() erases both
           st.matcher->cancel(it->second.id);
           ++st.stats.receive_timeouts;
-          auto r = std::move(it->second);
-          st.receives.erase(it);  // before the waiter's call, which may post another receive
+          auto& r = it->second;
           st.complete(r, to_caf_error(actor_errc::receive_timeout,
                                       describe_receive(r.source, r.tag) + " arrived in time"));
+          st.receives.erase(it);
         }
         arm_deadline_tick(self);
       },

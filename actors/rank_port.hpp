@@ -101,16 +101,18 @@ class rank_port final : private receive_waiter, private resident_exit_hook {
   template <class Self, class OnMessage, class OnError>
   std::optional<envelope> receive(Self* self, std::uint32_t source, std::uint64_t tag,
                                   caf::timespan timeout, OnMessage on_message, OnError on_error) {
+    // Only an actor resident here has a thread to run handlers on between its runs.
+    constexpr bool resident = std::is_base_of_v<reactor_resident, Self>;
     if (direct_ != nullptr && receives_out_ == 0) {
       direct_wait wait;
-      if constexpr (std::is_base_of_v<reactor_resident, Self>) {
+      if constexpr (resident) {
         wait = {timeout, this, caf::actor_cast<caf::weak_actor_ptr>(self), next_token_};
       }
       std::optional<envelope> got;
       switch (direct_->try_receive(source, tag, wait, got)) {
         case rank_direct_entry::receive_outcome::taken: ++direct_receives_; return got;
         case rank_direct_entry::receive_outcome::waiting:
-          if constexpr (std::is_base_of_v<reactor_resident, Self>) {
+          if constexpr (resident) {
             if (host_ == nullptr) {
               host_ = self;
               reactor_ = &self->unit().reactor();

@@ -162,6 +162,11 @@ class resident_receiver final : public on_reactor_thread<caf::event_based_actor>
   rank_port port_;
 };
 
+caf::actor spawn_receiver(vessel::node& n) {
+  return caf::actor_cast<caf::actor>(
+      n.system().spawn<resident_receiver>(n.reactor_host(), n.rank_actor()));
+}
+
 using resident_sender = sender<on_reactor_thread<caf::event_based_actor>>;
 using worker_sender = sender<caf::event_based_actor>;
 
@@ -289,8 +294,7 @@ TEST(rank_port_test, a_resident_app_takes_what_is_here_as_calls_and_waits_for_th
   vessel::node n{small_config()};
   {
     caf::scoped_actor self{n.system()};
-    auto app = caf::actor_cast<caf::actor>(
-        n.system().spawn<resident_receiver>(n.reactor_host(), n.rank_actor()));
+    auto app = spawn_receiver(n);
     send_to_self(self, n, tag, "a");
     send_to_self(self, n, tag, "b");
     await_unexpected(self, n, 2);
@@ -311,8 +315,7 @@ TEST(rank_port_test, a_receive_that_waits_without_a_request_times_out_as_a_reque
   vessel::node n{small_config()};
   {
     caf::scoped_actor self{n.system()};
-    auto app = caf::actor_cast<caf::actor>(
-        n.system().spawn<resident_receiver>(n.reactor_host(), n.rank_actor()));
+    auto app = spawn_receiver(n);
     const auto started = std::chrono::steady_clock::now();
     auto got = take(self, app, {tag}, caf::timespan{50ms}, [] {});
     EXPECT_GE(std::chrono::steady_clock::now() - started, 50ms);
@@ -337,8 +340,7 @@ TEST(rank_port_test, a_receive_that_waits_without_a_request_times_out_as_a_reque
 // the receiver ended.
 caf::error end_of_a_receiver_given(caf::scoped_actor& self, vessel::node& n,
                                    const std::string& text) {
-  auto app = caf::actor_cast<caf::actor>(
-      n.system().spawn<resident_receiver>(n.reactor_host(), n.rank_actor()));
+  auto app = spawn_receiver(n);
   self->monitor(app);
   self->send(app, take_atom::value, std::vector<std::uint64_t>{tag});
   await_pending(self, n, 1);
@@ -369,8 +371,7 @@ TEST(rank_port_test, an_app_that_ends_while_its_receive_waits_is_not_called_and_
   vessel::node n{small_config()};
   {
     caf::scoped_actor self{n.system()};
-    auto app = caf::actor_cast<caf::actor>(
-        n.system().spawn<resident_receiver>(n.reactor_host(), n.rank_actor()));
+    auto app = spawn_receiver(n);
     self->send(app, take_atom::value, std::vector<std::uint64_t>{tag});
     await_pending(self, n, 1);
     testing::kill_and_wait(self, app);
@@ -389,8 +390,7 @@ TEST(rank_port_test, while_a_receive_request_is_out_later_receives_are_requests_
   vessel::node n{small_config()};
   {
     caf::scoped_actor self{n.system()};
-    auto app = caf::actor_cast<caf::actor>(
-        n.system().spawn<resident_receiver>(n.reactor_host(), n.rank_actor()));
+    auto app = spawn_receiver(n);
     constexpr std::uint64_t later = tag + 1;
     send_to_self(self, n, later, "here already");
     await_unexpected(self, n, 1);
