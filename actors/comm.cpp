@@ -1153,7 +1153,7 @@ void comm::finalize() {
     impl_->late_ready.clear();
   }
   impl_->finalized = true;
-  impl_->rt->shutdown();
+  impl_->rt->finish();
 }
 
 void comm::abort() {

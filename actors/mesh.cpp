@@ -1,5 +1,6 @@
 #include "actors/mesh.hpp"
 
+#include <fmt/format.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include <charconv>
 #include <future>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "actors/errc.hpp"
@@ -588,6 +590,29 @@ peer_state mesh::state(std::uint32_t peer) const {
 
 void mesh::drop_connection(std::uint32_t peer) {
   if (peer_link* l = impl_->link(peer)) l->drop_connection();
+}
+
+bool mesh::drain(std::chrono::milliseconds limit) {
+  impl& m = *impl_;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::vector<std::uint32_t> unsettled;
+  for (;;) {
+    unsettled.clear();
+    const bool running = run_on(reactor_, [&m, &unsettled] {
+      if (m.closing) return;
+      for (auto& l : m.links) {
+        if (l && !l->settle()) unsettled.push_back(l->peer());
+      }
+    });
+    if (!running || unsettled.empty()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    // Acks come back within a round trip, or after a reconnect: polling costs nothing here.
+    std::this_thread::sleep_for(1ms);
+  }
+  log::get("actors").warn(
+      "mesh: closing unsettled after {} ms with rank(s) {}: frames unacked or no closing ack",
+      limit.count(), fmt::join(unsettled, ","));
+  return false;
 }
 
 void mesh::close() {

@@ -305,6 +305,13 @@ class mesh {
   /// transport (peers see their link drop, then down after their reconnect deadline) and waits
   /// until every operation on the reactor has completed. Idempotent.
   void close();
+  /// Any thread but the reactor's, before close() on an orderly end (comm::finalize): waits
+  /// until every link is settled (peer_link::settle: all it sent acked, all it received acked,
+  /// nothing queued) or down, for at most `limit`; a link reconnecting meanwhile resends as
+  /// usual. Without it, close() drops frames still unacked: a message sent just before the end
+  /// (the last barrier's) is lost when the connection it went out on dies before delivering it.
+  /// False when `limit` passed first (the links still unsettled are logged).
+  bool drain(std::chrono::milliseconds limit);
 
   /// The send pool (mesh_config::pool): blocks for payloads the app sends (any thread may
   /// acquire; see io::buffer_pool). A block from another pool works too.

@@ -120,6 +120,7 @@ result<void> peer_link::send(std::uint64_t tag, io::buffer_slice payload, io::bu
   m.tail = std::move(tail);
   m.next_fragment = 0;
   ++queue_count_;
+  said_closing_ = false;  // the peer takes this data as taking our closing ack back
   pump();
   return outcome::success();
 }
@@ -225,8 +226,10 @@ void peer_link::on_frame(const wire::frame_header& header, std::span<const std::
       on_data(header, std::get<wire::data_fields>(header.body), payload, t);
       break;
     case wire::frame_kind::ack: {
-      auto acked = sender_.on_ack(std::get<wire::ack_fields>(header.body).cumulative_seq);
+      const auto& ack = std::get<wire::ack_fields>(header.body);
+      auto acked = sender_.on_ack(ack.cumulative_seq);
       if (!acked) return fail(acked.error(), "bad ack");
+      peer_closing_ = peer_closing_ || ack.closing;
       pump();
       break;
     }
@@ -323,6 +326,7 @@ void peer_link::on_data(const wire::frame_header& header, const wire::data_field
   if (data.src != peer_ || data.dst != owner_.config.self_rank) {
     return fail(make_error_code(errc::mesh_protocol_error), "data frame with wrong src/dst");
   }
+  peer_closing_ = false;  // it sent more after all: its closing ack spoke too soon
   const bool first = data.fragment_index == 0;
   if (first && !begun_on_arrival(data) && !begin_message(data, payload)) return;
   // The frame that starts the delayed-ack timer stamps it precisely (200 µs against a tick).
@@ -545,6 +549,7 @@ void peer_link::attach(mesh_connection& c, const handshake_accepted& accepted) {
   connection_ = &c;
   stalled_.reset();
   owed_ack_.reset();
+  said_closing_ = false;  // the peer may not have read it on the old connection: said again
 
   // A fresh stream starts at 0 whatever the peer's hello says (it spoke of another stream).
   auto resumed = sender_.resume(fresh ? 0 : accepted.peer_last_seq_seen);
@@ -646,6 +651,7 @@ void peer_link::reset_streams() {
   in_progress_charged_ = 0;
   stalled_.reset();
   owed_ack_.reset();
+  peer_closing_ = false;
 }
 
 void peer_link::start_dialing() {
@@ -733,6 +739,24 @@ void peer_link::close() {
   }
   reassembly_block_.reset();
   if (state_ != peer_state::down) set_state(peer_state::down, make_error_code(errc::mesh_closed));
+}
+
+bool peer_link::settle() {
+  if (state_ == peer_state::down) return true;
+  const bool ours_acked =
+      queue_count_ == 0 && sender_.unacked_frames() == 0 && sender_.queued_frames() == 0;
+  if (connection_ != nullptr && state_ == peer_state::up) {
+    receiver_.ack_soon();
+    flush_ack(now());
+    if (ours_acked && !said_closing_ && !owed_ack_ && !receiver_.acks_owed()) {
+      said_closing_ = send_control(
+          control_frame(wire::ack_fields{receiver_.last_seq_seen(), /*closing=*/true}));
+    }
+  }
+  // Kept over a lost connection: the peer closing after reading ours is what usually drops it.
+  // A cut that took our closing ack with it leaves the peer to its reconnect deadline; the
+  // other way round (waiting for a reconnect here) would cost that deadline on every end.
+  return ours_acked && said_closing_ && peer_closing_;
 }
 
 bool peer_link::idle() const noexcept {

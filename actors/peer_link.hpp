@@ -84,6 +84,12 @@ class peer_link {
   void drop_connection();
   /// Orderly shutdown: no more dialling or timers; closes the connection.
   void close();
+  /// Before an orderly close (mesh::drain), called until it says true. Sends every ack owed
+  /// now, not after the ack delay; once every frame we sent is acked and no message waits to
+  /// go, says so with a closing ack. True once that is so, our closing ack went out and the
+  /// peer's came in: neither side needs anything more from the other, even if the connection
+  /// drops now (the peer closing first drops it). A link down for good is settled too.
+  bool settle();
   /// True when nothing of this link is still in flight on the reactor.
   bool idle() const noexcept;
 
@@ -172,6 +178,10 @@ class peer_link {
   bool pumping_ = false;
   std::optional<outgoing_frame> stalled_;  // handed out by the sender, refused by the transport
   std::optional<std::uint64_t> owed_ack_;  // an ack the transport refused
+  // The orderly end (settle): we sent our closing ack on the current connection; the peer's
+  // came (after every ack it owed us, on the connection it went out on).
+  bool said_closing_ = false;
+  bool peer_closing_ = false;
 
   // Receive side: the message being reassembled, and the overdraft (see mesh.hpp).
   io::buffer reassembly_block_;

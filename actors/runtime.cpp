@@ -396,6 +396,15 @@ runtime::~runtime() {
   shutdown();
 }
 
+void runtime::finish() {
+  if (mesh_ && !shut_down_.load()) {
+    const mesh_config& c = mesh_->config();
+    mesh_->drain(c.reconnect_deadline +
+                 std::chrono::duration_cast<std::chrono::milliseconds>(c.liveness.peer_deadline));
+  }
+  shutdown();
+}
+
 void runtime::shutdown() {
   if (shut_down_.exchange(true)) return;
   if (mesh_) mesh_->close();

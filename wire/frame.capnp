@@ -69,6 +69,9 @@ struct DataHeader {
 struct Ack {
   cumulativeSeq @0 :UInt64;
   # Every frame with seq <= cumulativeSeq was received.
+  closing @1 :Bool;
+  # The sender ends in order: every frame it sent was acked, it acked every frame it received,
+  # and it sends no more data. Its peer may close once it can say the same.
 }
 
 struct Credit {

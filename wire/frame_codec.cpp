@@ -205,9 +205,13 @@ void fill(schema::Frame::Builder f, const frame_header& h) {
   switch (h.kind()) {
     case frame_kind::hello: fill(f.initHello(), std::get<hello_fields>(h.body)); break;
     case frame_kind::data: fill(f.initData(), std::get<data_fields>(h.body)); break;
-    case frame_kind::ack:
-      f.initAck().setCumulativeSeq(std::get<ack_fields>(h.body).cumulative_seq);
+    case frame_kind::ack: {
+      const auto& ack = std::get<ack_fields>(h.body);
+      auto b = f.initAck();
+      b.setCumulativeSeq(ack.cumulative_seq);
+      b.setClosing(ack.closing);
       break;
+    }
     case frame_kind::credit: f.initCredit().setBytes(std::get<credit_fields>(h.body).bytes); break;
     case frame_kind::heartbeat: {
       const auto& hb = std::get<heartbeat_fields>(h.body);
@@ -302,7 +306,11 @@ result<frame_header> read_frame(schema::Frame::Reader f, const decoder_limits& l
       h.body = d;
       break;
     }
-    case schema::Frame::ACK: h.body = ack_fields{f.getAck().getCumulativeSeq()}; break;
+    case schema::Frame::ACK: {
+      auto r = f.getAck();
+      h.body = ack_fields{r.getCumulativeSeq(), r.getClosing()};
+      break;
+    }
     case schema::Frame::CREDIT: h.body = credit_fields{f.getCredit().getBytes()}; break;
     case schema::Frame::HEARTBEAT: {
       auto r = f.getHeartbeat();

@@ -47,6 +47,7 @@ struct data_fields {
 /// Cumulative acknowledgement (schema `Ack`).
 struct ack_fields {
   std::uint64_t cumulative_seq = 0;  ///< every frame with seq <= this was received
+  bool closing = false;  ///< the sender ends in order: all its frames acked, all ours acked
   bool operator==(const ack_fields&) const = default;
 };
 

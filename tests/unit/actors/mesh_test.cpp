@@ -238,6 +238,62 @@ TEST(mesh, a_peer_that_vanishes_is_reported_down_after_the_reconnect_deadline) {
   EXPECT_EQ(sent.error(), errc::mesh_peer_down);
 }
 
+/// `count` messages of 4000 B to `dst`, tag 2: few enough to sit in the mesh's queue and window
+/// at once, so that every one is the mesh's (not the test driver's) once send_all has run.
+std::vector<planned> small_script(std::uint32_t dst, int count) {
+  return std::vector<planned>(static_cast<std::size_t>(count), planned{dst, 2, 4000});
+}
+
+TEST(mesh, drain_delivers_what_a_cut_connection_lost_and_both_ends_settle) {
+  cluster c{2, mesh_transport::tcp, "drain-cut"};
+  ASSERT_TRUE(c.connect());
+  c.nodes[0]->send_all(small_script(1, 200));
+  c.nodes[1]->send_all(small_script(0, 50));
+  // Frames in flight die with the connection; only the resend after the reconnect brings them.
+  test::on_reactor(c.nodes[0]->r(), [&] {
+    c.nodes[0]->m().drop_connection(1);
+    return 0;
+  });
+  // Node 1 closes the moment it is settled, dropping the connection under node 0's drain: node
+  // 0 must still end settled, from node 1's closing ack, not wait out the reconnect deadline
+  // (30 s here, past the drain's limit).
+  bool drained1 = false;
+  std::uint64_t received1 = 0;
+  std::thread other{[&] {
+    drained1 = c.nodes[1]->m().drain(20s);
+    received1 = c.nodes[1]->received();
+    c.nodes[1]->m().close();
+  }};
+  const bool drained0 = c.nodes[0]->m().drain(20s);
+  other.join();
+  EXPECT_TRUE(drained0);
+  EXPECT_TRUE(drained1);
+  // Delivered by the time drain returns, no wait: close() now loses nothing.
+  EXPECT_EQ(received1, 200u);
+  EXPECT_EQ(c.nodes[0]->received(), 50u);
+  EXPECT_TRUE(c.nodes[0]->errors().empty()) << c.nodes[0]->errors().front();
+  EXPECT_TRUE(c.nodes[1]->errors().empty()) << c.nodes[1]->errors().front();
+  EXPECT_GE(c.nodes[0]->stats(1).reconnects, 1u);
+}
+
+TEST(mesh, drain_gives_up_at_its_limit_while_the_peer_does_not_end) {
+  cluster c{2, mesh_transport::tcp, "drain-limit"};
+  ASSERT_TRUE(c.connect());
+  c.nodes[0]->send_all(small_script(1, 10));
+  // Node 1 acks everything but never says it is closing: node 0 cannot know it needs nothing.
+  EXPECT_FALSE(c.nodes[0]->m().drain(300ms));
+  EXPECT_TRUE(c.nodes[1]->wait_received(10));
+}
+
+TEST(mesh, drain_ends_when_a_peer_that_left_without_draining_goes_down) {
+  cluster c{2, mesh_transport::tcp, "drain-gone",
+            [](mesh_config& m) { m.reconnect_deadline = 400ms; }};
+  ASSERT_TRUE(c.connect());
+  c.nodes[1]->m().close();  // no drain, no closing ack
+  EXPECT_TRUE(c.nodes[0]->m().drain(20s));
+  EXPECT_EQ(c.nodes[0]->stats(1).state, peer_state::down);
+}
+
 TEST(mesh, a_landing_message_whose_peer_vanishes_is_abandoned_for_good) {
   cluster c{2, mesh_transport::tcp, "vanish-land", [](mesh_config& m) {
               m.reconnect_deadline = 400ms;

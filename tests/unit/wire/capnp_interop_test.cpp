@@ -80,7 +80,8 @@ std::string capnp_text(const frame_header& h) {
              ", fragmentOffset = " + to_string(f.fragment_offset) + ")";
     }
     std::string operator()(const ack_fields& f) const {
-      return "ack = (cumulativeSeq = " + to_string(f.cumulative_seq) + ")";
+      return "ack = (cumulativeSeq = " + to_string(f.cumulative_seq) +
+             ", closing = " + (f.closing ? "true" : "false") + ")";
     }
     std::string operator()(const credit_fields& f) const {
       return "credit = (bytes = " + to_string(f.bytes) + ")";

@@ -35,7 +35,7 @@ inline std::vector<frame_header> one_header_per_kind() {
   };
   add(0, hello_fields{3, 8, 0x1122334455667788, make_nonce(1), make_nonce(100), 41});
   add(17, data_fields{1, 2, 0xabcdef, 99, 2, 5, 1u << 20, 3u << 16});
-  add(0, ack_fields{0xfffffffffffffff0});
+  add(0, ack_fields{0xfffffffffffffff0, true});
   add(0, credit_fields{1u << 30});
   add(0, heartbeat_fields{123456789, 987654321});
   add(18, collective_fields{7, 3, 4, 9});
@@ -69,7 +69,7 @@ inline frame_header random_header(std::mt19937_64& rng, std::uint32_t payload_le
       h.body = f;
       break;
     }
-    case 2: h.body = ack_fields{u64()}; break;
+    case 2: h.body = ack_fields{u64(), rng() % 2 == 1}; break;
     case 3: h.body = credit_fields{u64()}; break;
     case 4: h.body = heartbeat_fields{u64(), u64()}; break;
     case 5: h.body = collective_fields{u64(), u64(), u32(), u32()}; break;
