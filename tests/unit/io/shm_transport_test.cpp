@@ -11,6 +11,7 @@
 #include <future>
 #include <set>
 #include <string>
+#include <string_view>
 #include <sys/mman.h>
 #include <thread>
 #include <unistd.h>
@@ -37,10 +38,16 @@ shm_config small_config() {
   return c;
 }
 
+// Only names a vessel segment would have ("vessel-shm", shm_connector.cpp): Open MPI's vader
+// segments come and go here while the suite runs its mpirun tests beside this one.
 std::set<std::string> dev_shm_entries() {
   std::set<std::string> names;
   if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d)) names.insert(e->d_name);
+    while (dirent* e = ::readdir(d)) {
+      if (std::string_view{e->d_name}.find("vessel") != std::string_view::npos) {
+        names.insert(e->d_name);
+      }
+    }
     ::closedir(d);
   }
   return names;
