@@ -7,18 +7,16 @@
 // (`make long`) or with VESSEL_LONG_TESTS=1 (tests/unit/io/proof_size.hpp).
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
 #include <future>
-#include <set>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <signal.h>
@@ -201,21 +199,6 @@ std::unique_ptr<child_process> spawn_peer(const std::string& role, std::uint64_t
   return child;
 }
 
-// Only names a vessel segment would have ("vessel-shm", shm_connector.cpp): Open MPI's vader
-// segments come and go here while the suite runs its mpirun tests beside this one.
-std::set<std::string> dev_shm_entries() {
-  std::set<std::string> names;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d)) {
-      if (std::string_view{e->d_name}.find("vessel") != std::string_view::npos) {
-        names.insert(e->d_name);
-      }
-    }
-    ::closedir(d);
-  }
-  return names;
-}
-
 // Mappings and descriptors of our memfd segments still held by this process.
 int vessel_segments_held() {
   int held = 0;
@@ -241,7 +224,7 @@ TEST(shm_process, small_frames_reach_the_other_process_in_order_with_equal_check
   const std::uint64_t frames = test::full_size_proofs() ? 10'000'000
                                : tsan_build               ? 250'000
                                                           : 1'000'000;
-  const auto shm_before = dev_shm_entries();
+  const auto shm_before = shm_test::dev_shm_entries();
   auto child = spawn_peer("sink");
   ASSERT_TRUE(child);
   side me;
@@ -283,7 +266,7 @@ TEST(shm_process, small_frames_reach_the_other_process_in_order_with_equal_check
   EXPECT_EQ(r.bytes, tx.bytes);
   EXPECT_EQ(r.digest, tx.value);
   EXPECT_EQ(r.crc_errors, 0u);
-  EXPECT_EQ(dev_shm_entries(), shm_before) << "a memfd link creates nothing in /dev/shm";
+  EXPECT_EQ(shm_test::dev_shm_entries(), shm_before) << "a memfd link creates nothing in /dev/shm";
 
   shm_test::run_on(*me.r, [&] { me.t->close(); });
   ASSERT_TRUE(me.h.wait_closed(5s).has_value());
@@ -331,7 +314,7 @@ TEST(shm_process, large_payloads_are_read_in_place_with_equal_checksums) {
 }
 
 TEST(shm_process, killed_peer_is_reported_as_connection_reset_within_a_second) {
-  const auto shm_before = dev_shm_entries();
+  const auto shm_before = shm_test::dev_shm_entries();
   auto child = spawn_peer("echo");
   ASSERT_TRUE(child);
   side me;
@@ -358,7 +341,7 @@ TEST(shm_process, killed_peer_is_reported_as_connection_reset_within_a_second) {
   // Nothing outlives the link: no /dev/shm entry, no mapping, no descriptor of a segment.
   me.shutdown();
   EXPECT_EQ(vessel_segments_held(), 0);
-  EXPECT_EQ(dev_shm_entries(), shm_before);
+  EXPECT_EQ(shm_test::dev_shm_entries(), shm_before);
 }
 
 TEST(shm_process, ping_pong_round_trips_between_processes) {

@@ -11,12 +11,16 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
+#include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include <dirent.h>
 #include <sys/socket.h>
 
 #include "io/reactor.hpp"
@@ -158,6 +162,22 @@ inline wire::frame_header end_header(std::uint64_t seq) {
   h.seq = seq;
   h.body = wire::heartbeat_fields{};
   return h;
+}
+
+/// The entries of /dev/shm named like a vessel segment ("vessel-shm", shm_connector.cpp): our
+/// segments are memfds and must never show up there. Only those: Open MPI's vader segments come
+/// and go there while the suite runs its mpirun tests beside these.
+inline std::set<std::string> dev_shm_entries() {
+  std::set<std::string> names;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) {
+      if (std::string_view{e->d_name}.find("vessel") != std::string_view::npos) {
+        names.insert(e->d_name);
+      }
+    }
+    ::closedir(d);
+  }
+  return names;
 }
 
 }  // namespace vessel::io::shm_test

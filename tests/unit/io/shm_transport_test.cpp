@@ -2,19 +2,16 @@
 // ring protocol runs truly concurrently (and under TSan, which sees both sides' atomics).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <dirent.h>
-#include <fcntl.h>
 #include <future>
-#include <set>
 #include <string>
-#include <string_view>
-#include <sys/mman.h>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "io/buffer_pool.hpp"
@@ -36,21 +33,6 @@ shm_config small_config() {
   c.area_bytes = 16384;
   c.inline_max = 300;
   return c;
-}
-
-// Only names a vessel segment would have ("vessel-shm", shm_connector.cpp): Open MPI's vader
-// segments come and go here while the suite runs its mpirun tests beside this one.
-std::set<std::string> dev_shm_entries() {
-  std::set<std::string> names;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d)) {
-      if (std::string_view{e->d_name}.find("vessel") != std::string_view::npos) {
-        names.insert(e->d_name);
-      }
-    }
-    ::closedir(d);
-  }
-  return names;
 }
 
 TEST(shm_ring, positions_wrap_with_skipped_tail_and_full_ring_refuses) {
@@ -89,7 +71,7 @@ TEST(shm_segment, refuses_a_memfd_whose_size_is_not_sealed) {
 }
 
 TEST(shm_connector, abstract_listener_hands_segments_over_and_leaves_no_file) {
-  const auto before = dev_shm_entries();
+  const auto before = shm_test::dev_shm_entries();
   const std::string name = "test-" + std::to_string(::getpid());
   auto listener = shm_listener::listen(name);
   ASSERT_TRUE(listener) << listener.error().message();
@@ -102,7 +84,7 @@ TEST(shm_connector, abstract_listener_hands_segments_over_and_leaves_no_file) {
   EXPECT_EQ(connected.value().rx_ring_bytes, config.ring_bytes);
   EXPECT_EQ(acc.value().rx_area_bytes, config.area_bytes);
   EXPECT_GE(connected.value().tx.size(), shm::segment_bytes(4096, 16384));
-  EXPECT_EQ(dev_shm_entries(), before) << "memfd segments must not appear in /dev/shm";
+  EXPECT_EQ(shm_test::dev_shm_entries(), before) << "memfd segments must not appear in /dev/shm";
   EXPECT_EQ(::access(("/tmp/" + name).c_str(), F_OK), -1);
 }
 
