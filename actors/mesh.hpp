@@ -306,9 +306,9 @@ class mesh {
   /// until every operation on the reactor has completed. Idempotent.
   void close();
   /// Any thread but the reactor's, before close() on an orderly end (comm::finalize): waits
-  /// until every link is settled (peer_link::settle: all it sent acked, all it received acked,
-  /// nothing queued) or down, for at most `limit`; a link reconnecting meanwhile resends as
-  /// usual. Without it, close() drops frames still unacked: a message sent just before the end
+  /// until every link is settled (peer_link::settle: all it sent acked, nothing queued, and
+  /// closing acks exchanged with the peer) or down, for at most `limit`; a link reconnecting
+  /// meanwhile resends as usual. Without it, close() drops frames still unacked: a message sent just before the end
   /// (the last barrier's) is lost when the connection it went out on dies before delivering it.
   /// False when `limit` passed first (the links still unsettled are logged).
   bool drain(std::chrono::milliseconds limit);

@@ -178,8 +178,8 @@ class peer_link {
   bool pumping_ = false;
   std::optional<outgoing_frame> stalled_;  // handed out by the sender, refused by the transport
   std::optional<std::uint64_t> owed_ack_;  // an ack the transport refused
-  // The orderly end (settle): we sent our closing ack on the current connection; the peer's
-  // came (after every ack it owed us, on the connection it went out on).
+  // The orderly end (settle): we sent our closing ack (said again on each new connection,
+  // taken back by our next send); the peer's came (after every ack it owed us).
   bool said_closing_ = false;
   bool peer_closing_ = false;
 

@@ -257,8 +257,9 @@ class runtime : private mesh_observer, private credit_sink {
   /// still in flight complete with comm_errc::shutting_down. Idempotent; the destructor calls it.
   void shutdown();
   /// Any thread but the reactor's: an orderly end (comm::finalize). First waits until every
-  /// link has all it sent acked (mesh::drain, for at most the reconnect deadline plus the
-  /// liveness deadline: a link still cut by then goes down anyway), then shutdown().
+  /// link has all it sent acked and has exchanged closing acks with its peer (mesh::drain, for
+  /// at most the reconnect deadline plus the liveness deadline: a link still cut by then goes
+  /// down anyway), then shutdown().
   void finish();
 
   /// The store client (apps may use the store too).
