@@ -454,7 +454,16 @@ detailed_result<void> mesh::connect(kv_store_client& store, std::chrono::millise
   result<void> started = outcome::success();
   run_on(reactor_, [&] {
     started = m.listener.start(io::tcp_socket_options{}, [&m](result<int> fd) {
-      if (!fd) return m.check_closed();  // the final call
+      if (!fd) {  // the final call
+        if (!m.closing && fd.error() != io::errc::transport_closed) {
+          // Rare (the listener retries what a single connection or a shortage causes), and
+          // otherwise silent: peers would only see their dials time out.
+          log::get("actors").error("mesh: rank {} stopped accepting TCP connections on {}: {}",
+                                   m.config.self_rank, m.listener.local_address().to_string(),
+                                   fd.error().message());
+        }
+        return m.check_closed();
+      }
       if (m.closing) {
         ::close(fd.value());
         return;

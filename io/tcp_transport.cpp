@@ -97,7 +97,7 @@ std::string tcp_transport::congestion_control() const {
 }
 
 tcp_transport::~tcp_transport() {
-  assert(!send_op_.in_flight() && !recv_op_.in_flight() &&
+  assert(!send_op_.in_flight() && !recv_op_.in_flight() && !finish_pending_ &&
          "destroy a tcp_transport only after on_closed or after its reactor stopped");
   if (polled_) reactor_.remove_poller(*this);
   if (fd_ >= 0) ::close(fd_);
@@ -461,6 +461,17 @@ void tcp_transport::fail(std::error_code why) noexcept {
   // Cancel what is in flight; each op's final completion calls maybe_finish().
   reactor_.cancel(recv_op_);
   reactor_.cancel(send_op_);
+  if (!recv_op_.in_flight() && !send_op_.in_flight() && !finish_pending_) {
+    // Not from here: the handler's on_closed may destroy this transport, and fail() runs inside
+    // its calls (a send from the handler, a frame it is handed).
+    finish_pending_ = reactor_.post(work_item{&tcp_transport::finish_posted, this});
+  }
+}
+
+void tcp_transport::finish_posted(void* self) noexcept {
+  auto* t = static_cast<tcp_transport*>(self);
+  t->finish_pending_ = false;
+  t->maybe_finish();  // may destroy the transport (on_closed)
 }
 
 void tcp_transport::close() noexcept {
@@ -470,7 +481,7 @@ void tcp_transport::close() noexcept {
 
 void tcp_transport::maybe_finish() noexcept {
   if (state_ != state::closing || callbacks_running_ > 0 || send_op_.in_flight() ||
-      recv_op_.in_flight())
+      recv_op_.in_flight() || finish_pending_)
     return;
   state_ = state::closed;
   for (; count_ > 0; --count_) {

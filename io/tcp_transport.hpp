@@ -179,6 +179,7 @@ class tcp_transport final : public transport, private loop_poller {
   void poll() noexcept override;
   void fail(std::error_code why) noexcept;
   void maybe_finish() noexcept;
+  static void finish_posted(void* self) noexcept;
 
   reactor& reactor_;
   int fd_;
@@ -213,6 +214,9 @@ class tcp_transport final : public transport, private loop_poller {
 
   state state_ = state::open;
   int callbacks_running_ = 0;  // >0 while a handler callback runs: finishing waits for it
+  // A failure with no op in flight (a send before start(), one while no recv was armed) has no
+  // completion to end the close: a posted maybe_finish() does, and finishing waits for it.
+  bool finish_pending_ = false;
   // Frames still to come whose headers are read on their own: large frames flow (see
   // header_first_after_large in the .cpp).
   std::uint32_t header_first_frames_ = 0;

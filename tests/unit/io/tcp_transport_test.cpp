@@ -2,6 +2,7 @@
 // reasons, backpressure. Volumes: the stream test moves 256 MiB by default and 64 MiB under TSan
 // (~15x slower), to keep CI on 2 cores under a minute; the full 1 GiB in io_long_tests
 // (`make long`) or with VESSEL_LONG_TESTS=1 (tests/unit/io/proof_size.hpp).
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -371,6 +372,44 @@ TEST(tcp_transport, reports_bytes_the_decoder_refuses_as_bad_frame) {
   std::byte b{};
   EXPECT_LE(::recv(fd, &b, 1, 0), 0);
   ::close(fd);
+  rt.get().stop();
+}
+
+// The link sends its hello before it starts the transport. A connection killed in between (ss -K
+// did this to CI's fault test) fails that send with no op in flight whose completion could end the
+// close: on_closed must come anyway, not only when the owner's handshake timer closes it.
+TEST(tcp_transport, ends_when_its_first_send_fails_before_start) {
+  reactor_thread rt;
+  const int listening = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const auto any_port = socket_address::loopback_v4(0);
+  ASSERT_EQ(::bind(listening, any_port.data(), any_port.length), 0);
+  ASSERT_EQ(::listen(listening, 1), 0);
+  const auto bound = socket_address::local_of(listening);
+  ASSERT_TRUE(bound);
+  const int fd = test::plain_connect(bound.value());
+  ASSERT_GE(fd, 0);
+  const int peer = ::accept4(listening, nullptr, nullptr, SOCK_CLOEXEC);
+  ::close(listening);
+  ASSERT_GE(peer, 0);
+  const ::linger reset_on_close{1, 0};
+  ASSERT_EQ(::setsockopt(peer, SOL_SOCKET, SO_LINGER, &reset_on_close, sizeof reset_on_close), 0);
+  ::close(peer);
+  pollfd reset{fd, POLLIN, 0};  // wait for the reset without reading (and so clearing) it
+  ASSERT_EQ(::poll(&reset, 1, 5000), 1);
+
+  recorder handler;
+  std::unique_ptr<tcp_transport> transport;
+  const auto p = test::payload_for(1, 10);
+  const auto sent = rt.run([&] {
+    transport = std::make_unique<tcp_transport>(rt.get(), fd, handler);
+    auto r = transport->send_copy(test::data_header(1, p.size()), p);
+    transport->start();
+    return r;
+  });
+  EXPECT_TRUE(sent);  // queued; the failure comes through on_closed
+  auto closed = handler.closed.get_future();
+  EXPECT_EQ(test::wait_or_fail(closed, 5s), make_error_code(errc::connection_reset));
+  rt.run([&] { transport.reset(); });
   rt.get().stop();
 }
 
