@@ -102,10 +102,13 @@ class outbox {
     std::atomic<bool> room_wanted{false};
   };
 
+  bool submits_now() const noexcept;
   bool enqueue(command c);
   static void drain_thunk(void* self) noexcept;
   void drain();
-  void submit(command& c);  // reactor thread
+  // Reactor thread. `counted`: the send is in the counters already (queued from elsewhere);
+  // an uncounted one is counted only if it has to wait in the backlog.
+  void submit(command& c, bool counted);
   void count_in(std::uint32_t dst, std::size_t bytes) noexcept;
   void count_out(std::uint32_t dst, std::size_t bytes) noexcept;  // may call on_room_
   bool below_low_water(std::uint32_t dst) const noexcept;
@@ -118,9 +121,11 @@ class outbox {
   std::mutex mutex_;
   std::vector<command> incoming_;  // guarded by mutex_
   bool posted_ = false;            // guarded by mutex_
+  std::atomic<bool> has_incoming_{false};  // set with a push, cleared by a drain (under mutex_)
   std::vector<command> draining_;  // reactor thread; swapped with incoming_, keeps capacity
   bool draining_now_ = false;      // reactor thread: a command enqueued meanwhile waits its turn
   std::unordered_map<std::uint32_t, std::deque<command>> backlog_;  // reactor thread
+  std::size_t backlogged_ = 0;  // commands in backlog_, so that an empty one costs no lookup
   outbox_stats stats_;
 };
 

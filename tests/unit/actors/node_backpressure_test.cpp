@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <caf/all.hpp>
 #include <gtest/gtest.h>
@@ -36,6 +37,7 @@ class gated_transport final : public node_transport {
   result<void> send(std::uint32_t, std::uint64_t tag, io::buffer_slice payload) override {
     if (!open) return errc::link_would_block;
     accepted.fetch_add(1);
+    tags.push_back(tag);
     queue_.push_back(inbound_message{0, tag, ++next_id_, std::move(payload)});
     if (!posted_) {
       posted_ = true;
@@ -56,7 +58,8 @@ class gated_transport final : public node_transport {
     observer_.on_writable(0);
   }
 
-  bool open = false;  // reactor thread
+  bool open = false;                // reactor thread
+  std::vector<std::uint64_t> tags;  // reactor thread: of the accepted sends, in order
   std::atomic<std::uint64_t> accepted{0};
   std::atomic<std::uint64_t> released{0};
 
@@ -176,6 +179,52 @@ TEST(node_backpressure_test, the_outbox_counts_what_the_transport_has_not_taken_
     EXPECT_EQ(out.stats().sends, 4u);
     EXPECT_EQ(out.stats().pushed_back, 1u);
     EXPECT_EQ(out.stats().room_calls, 1u);
+    out.set_transport(nullptr);
+  });
+  reactor.stop();
+}
+
+// From the reactor thread a send goes to the transport at once and is counted only while it has
+// to wait; it still queues behind what other threads queued and what waits in the backlog.
+TEST(node_backpressure_test, a_send_from_the_reactor_thread_is_counted_only_while_it_waits) {
+  outbox_rig rig;
+  auto& [reactor, observer, transport, pool, out] = rig;
+  auto hundred_bytes = [&] {
+    auto block = pool.try_acquire(100);
+    EXPECT_TRUE(block);
+    return std::move(block).slice(0, 100);
+  };
+  on_reactor(reactor, [&] {
+    out.set_transport(&transport);
+    ASSERT_TRUE(out.send(1, 1, hundred_bytes()));  // the gate is closed: it waits, counted
+    EXPECT_EQ(out.queued_messages(1), 1u);
+    EXPECT_EQ(out.queued_bytes(1), 100u);
+  });
+
+  // Another thread's send, whose drain is still queued when the reactor thread sends again.
+  std::promise<void> queued;
+  std::promise<void> done;
+  ASSERT_TRUE(reactor.post([&, go = queued.get_future().share()] {
+    go.wait();
+    EXPECT_TRUE(out.send(1, 3, hundred_bytes()));
+    done.set_value();
+  }));
+  ASSERT_TRUE(out.send(1, 2, hundred_bytes()));
+  queued.set_value();
+  done.get_future().wait();
+  EXPECT_EQ(out.queued_messages(1), 3u);
+
+  on_reactor(reactor, [&] {
+    transport.open = true;
+    out.on_writable(1);
+    EXPECT_EQ(transport.tags, (std::vector<std::uint64_t>{1, 2, 3}));
+    EXPECT_EQ(out.queued_messages(1), 0u);
+    EXPECT_EQ(out.queued_bytes(1), 0u);
+    ASSERT_TRUE(out.send(1, 4, hundred_bytes()));  // taken at once: never counted
+    EXPECT_EQ(transport.tags.size(), 4u);
+    EXPECT_EQ(out.queued_messages(1), 0u);
+    EXPECT_EQ(out.stats().sends, 4u);
+    EXPECT_EQ(out.stats().pushed_back, 1u);
     out.set_transport(nullptr);
   });
   reactor.stop();
