@@ -80,7 +80,8 @@ void outbox::count_out(std::uint32_t dst, std::size_t bytes) noexcept {
 bool outbox::submits_now() const noexcept {
   // From the loop's own thread (the rank actor hosted there): submitted now, behind whatever
   // other threads queued, instead of a posted drain one loop turn later.
-  return transport_ != nullptr && !draining_now_ && reactor_.is_reactor_thread();
+  // The thread first: transport_ and draining_now_ are the reactor thread's alone.
+  return reactor_.is_reactor_thread() && transport_ != nullptr && !draining_now_;
 }
 
 bool outbox::enqueue(command c) {

@@ -137,6 +137,12 @@ struct outbox_rig {
   gated_transport transport{reactor, observer};
   io::buffer_pool pool{io::buffer_pool_config{{{4096, 64}}, false}};
   outbox out{reactor, outbox_config{2, 1 << 20, 4}};
+
+  io::buffer_slice hundred_bytes() {
+    auto block = pool.try_acquire(100);
+    EXPECT_TRUE(block);
+    return std::move(block).slice(0, 100);
+  }
 };
 
 TEST(node_backpressure_test, the_outbox_counts_what_the_transport_has_not_taken_and_calls_back) {
@@ -189,14 +195,9 @@ TEST(node_backpressure_test, the_outbox_counts_what_the_transport_has_not_taken_
 TEST(node_backpressure_test, a_send_from_the_reactor_thread_is_counted_only_while_it_waits) {
   outbox_rig rig;
   auto& [reactor, observer, transport, pool, out] = rig;
-  auto hundred_bytes = [&] {
-    auto block = pool.try_acquire(100);
-    EXPECT_TRUE(block);
-    return std::move(block).slice(0, 100);
-  };
   on_reactor(reactor, [&] {
     out.set_transport(&transport);
-    ASSERT_TRUE(out.send(1, 1, hundred_bytes()));  // the gate is closed: it waits, counted
+    ASSERT_TRUE(out.send(1, 1, rig.hundred_bytes()));  // the gate is closed: it waits, counted
     EXPECT_EQ(out.queued_messages(1), 1u);
     EXPECT_EQ(out.queued_bytes(1), 100u);
   });
@@ -206,10 +207,10 @@ TEST(node_backpressure_test, a_send_from_the_reactor_thread_is_counted_only_whil
   std::promise<void> done;
   ASSERT_TRUE(reactor.post([&, go = queued.get_future().share()] {
     go.wait();
-    EXPECT_TRUE(out.send(1, 3, hundred_bytes()));
+    EXPECT_TRUE(out.send(1, 3, rig.hundred_bytes()));
     done.set_value();
   }));
-  ASSERT_TRUE(out.send(1, 2, hundred_bytes()));
+  ASSERT_TRUE(out.send(1, 2, rig.hundred_bytes()));
   queued.set_value();
   done.get_future().wait();
   EXPECT_EQ(out.queued_messages(1), 3u);
@@ -220,7 +221,7 @@ TEST(node_backpressure_test, a_send_from_the_reactor_thread_is_counted_only_whil
     EXPECT_EQ(transport.tags, (std::vector<std::uint64_t>{1, 2, 3}));
     EXPECT_EQ(out.queued_messages(1), 0u);
     EXPECT_EQ(out.queued_bytes(1), 0u);
-    ASSERT_TRUE(out.send(1, 4, hundred_bytes()));  // taken at once: never counted
+    ASSERT_TRUE(out.send(1, 4, rig.hundred_bytes()));  // taken at once: never counted
     EXPECT_EQ(transport.tags.size(), 4u);
     EXPECT_EQ(out.queued_messages(1), 0u);
     EXPECT_EQ(out.stats().sends, 4u);
@@ -237,14 +238,9 @@ TEST(node_backpressure_test, accepted_sends_reach_the_transport_before_it_is_tak
   outbox_rig rig;
   auto& [reactor, observer, transport, pool, out] = rig;
   transport.open = true;
-  auto hundred_bytes = [&] {
-    auto block = pool.try_acquire(100);
-    EXPECT_TRUE(block);
-    return std::move(block).slice(0, 100);
-  };
   on_reactor(reactor, [&] {
     out.set_transport(&transport);
-    ASSERT_TRUE(out.send(1, 7, hundred_bytes()));
+    ASSERT_TRUE(out.send(1, 7, rig.hundred_bytes()));
     EXPECT_EQ(transport.accepted.load(), 1u);  // no drain to wait for
   });
 
@@ -255,7 +251,7 @@ TEST(node_backpressure_test, accepted_sends_reach_the_transport_before_it_is_tak
     out.set_transport(nullptr);  // the drain the send below posted has not run yet
     done.set_value();
   }));
-  ASSERT_TRUE(out.send(1, 8, hundred_bytes()));
+  ASSERT_TRUE(out.send(1, 8, rig.hundred_bytes()));
   queued.set_value();
   done.get_future().wait();
   EXPECT_EQ(transport.accepted.load(), 2u);
