@@ -116,6 +116,10 @@ class reactor {
   /// Driven mode: one loop turn, waiting at most `max_wait` for a completion. False once stopped.
   bool run_once(std::chrono::nanoseconds max_wait);
 
+  /// A turn runs its posted items, then what they posted on the reactor thread, up to this many
+  /// passes in all, stopping early when a completion is waiting (see turn()).
+  static constexpr unsigned max_posted_passes = 4;
+
   /// Queues `item` to run once on the reactor thread; per producer thread in order. No allocation,
   /// and no syscall unless the reactor sleeps. False once stop() has begun: the item will not run.
   /// Items accepted while stop() completes run in the destructor at the latest.

@@ -150,8 +150,8 @@ TEST(reactor_alloc, turns_whose_items_post_again_never_allocate_once_warm) {
   for (int i = 0; i < 10'000; ++i) r.run_once(std::chrono::nanoseconds::zero());
   const std::size_t allocations = g_news.load() - before;
   EXPECT_EQ(allocations, 0u);
-  EXPECT_EQ(a.runs, 10'100);
-  EXPECT_EQ(b.runs, 10'100);
+  EXPECT_EQ(a.runs, 10'100 * static_cast<int>(reactor::max_posted_passes));
+  EXPECT_EQ(b.runs, 10'100 * static_cast<int>(reactor::max_posted_passes));
   r.stop();
 }
 

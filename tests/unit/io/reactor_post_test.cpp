@@ -131,6 +131,32 @@ TEST(reactor_post, dispatch_runs_inline_on_the_reactor_thread_and_posts_from_els
   EXPECT_TRUE(testing::run_until(r, [&] { return from_other.load(); }));
 }
 
+// A resident actor's message is a chain of posts (flush, take, handler): the chain runs within
+// one turn rather than one link per turn, but only for a few passes, so that a chain that never
+// ends (a transport's continuation) leaves the turn's timers and completions their time.
+TEST(reactor_post, what_posted_items_post_runs_in_the_same_turn_for_a_few_passes) {
+  reactor_config config;
+  config.own_thread = false;
+  reactor r{config};
+  ASSERT_TRUE(r.start());
+  const auto passes = static_cast<int>(reactor::max_posted_passes);
+  ASSERT_GE(passes, 2);
+  testing::reposting_item chain{&r};
+  chain.start();
+  ASSERT_TRUE(r.run_once(std::chrono::nanoseconds::zero()));
+  EXPECT_EQ(chain.runs, passes);
+  int timer_runs = 0;
+  r.add_timer(std::chrono::nanoseconds::zero(), [&] { ++timer_runs; });
+  ASSERT_TRUE(r.run_once(std::chrono::nanoseconds::zero()));
+  EXPECT_EQ(chain.runs, 2 * passes);  // the turn ended though the chain did not
+  // The turns look at timers through a coarse clock (reactor.cpp, timers_may_be_due).
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (timer_runs == 0 && std::chrono::steady_clock::now() < give_up)
+    r.run_once(std::chrono::nanoseconds::zero());
+  EXPECT_EQ(timer_runs, 1);  // timers still run between the chain's turns
+  r.stop();
+}
+
 TEST(reactor_post, post_after_stop_is_refused_and_never_runs) {
   reactor r;
   ASSERT_TRUE(r.start());
