@@ -39,19 +39,19 @@ template <class Event>
 struct batch_block {
   std::atomic<std::uint32_t> refs{0};
   std::vector<Event> events;
-  std::shared_ptr<batch_recycler<Event>> home;  // set while handed out; keeps the list alive
+  // Set once, when the block is made: a handle per batch would cost two atomic RMWs a batch. The
+  // cycle with the free list is broken by close().
+  std::shared_ptr<batch_recycler<Event>> home;
 };
 
-// The free list of one batcher. It outlives the batcher while a batch is still out.
+// The free list of one batcher. Every block holds it, so it outlives the batcher while a batch
+// is still out.
 template <class Event>
-struct batch_recycler {
+struct batch_recycler : std::enable_shared_from_this<batch_recycler<Event>> {
   batch_recycler(std::size_t reserve_events, std::size_t max_free_blocks)
       : reserve{reserve_events}, max_free{max_free_blocks} {}
   batch_recycler(const batch_recycler&) = delete;
   batch_recycler& operator=(const batch_recycler&) = delete;
-  ~batch_recycler() {
-    for (auto* b : free) delete b;
-  }
 
   batch_block<Event>* take() {
     {
@@ -65,18 +65,33 @@ struct batch_recycler {
     blocks_created.fetch_add(1, std::memory_order_relaxed);  // warm-up only
     auto* b = new batch_block<Event>{};
     b->events.reserve(reserve);
+    b->home = this->shared_from_this();
     return b;
   }
 
-  void give_back(batch_block<Event>* b) noexcept {
-    b->events.clear();  // keeps the capacity; drops the events' own handles (payload slices)
+  /// The batcher is gone: blocks are freed from now on, and those kept let go of the list.
+  void close() noexcept {
+    std::vector<batch_block<Event>*> kept;
     {
       const std::lock_guard lock{mutex};
-      if (free.size() < max_free) {
-        free.push_back(b);
+      closed = true;
+      kept.swap(free);
+    }
+    for (auto* b : kept) delete b;  // the batcher still holds the list: it outlives this loop
+  }
+
+  /// Static: the block may hold the last reference to its list, which must outlive the lock.
+  static void give_back(batch_block<Event>* b) noexcept {
+    b->events.clear();  // keeps the capacity; drops the events' own handles (payload slices)
+    auto& home = *b->home;
+    {
+      const std::lock_guard lock{home.mutex};
+      if (!home.closed && home.free.size() < home.max_free) {
+        home.free.push_back(b);
         return;
       }
     }
+    const auto keep = std::move(b->home);
     delete b;
   }
 
@@ -84,6 +99,7 @@ struct batch_recycler {
   const std::size_t max_free;
   std::mutex mutex;  // one lock per batch, never per event
   std::vector<batch_block<Event>*> free;
+  bool closed = false;
   std::atomic<std::uint64_t> blocks_created{0};
 };
 
@@ -117,8 +133,7 @@ class event_batch {
   void reset() noexcept {
     if (block_ == nullptr) return;
     if (block_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      auto home = std::move(block_->home);
-      home->give_back(block_);
+      detail::batch_recycler<Event>::give_back(block_);
     }
     block_ = nullptr;
   }
@@ -179,7 +194,10 @@ class event_batcher {
 
   /// Sends what is pending. The owner must not destroy a reactor-attached batcher while a
   /// flush it posted may still run: destroy it after the reactor has stopped.
-  ~event_batcher() { flush(); }
+  ~event_batcher() {
+    flush();
+    recycler_->close();
+  }
 
   event_batcher(const event_batcher&) = delete;
   event_batcher& operator=(const event_batcher&) = delete;
@@ -188,7 +206,6 @@ class event_batcher {
   void push(Event event) {
     if (current_ == nullptr) {
       current_ = recycler_->take();
-      current_->home = recycler_;
       if (reactor_ != nullptr && !flush_posted_) {
         flush_posted_ = reactor_->post(io::work_item{&event_batcher::flush_thunk, this});
       }
