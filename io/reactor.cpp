@@ -30,6 +30,13 @@ constexpr std::uint64_t count_mask = ~std::uint64_t{0} >> 1;
 constexpr auto cancel_retry = std::chrono::milliseconds{100};
 constexpr auto forever = std::chrono::nanoseconds::max();
 
+// A completion to reap: a CQE, or deferred task work or an overflow that reap()'s peek turns into
+// CQEs (IORING_SQ_TASKRUN, IORING_SQ_CQ_OVERFLOW), all seen without entering the kernel.
+bool completions_waiting(const io_uring& ring) noexcept {
+  return io_uring_cq_ready(&ring) != 0 ||
+         (IO_URING_READ_ONCE(*ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0;
+}
+
 // Busy-poll: this many fruitless spins in a row switch spinning off (Aeron's BackoffIdleStrategy
 // idea: spin while work keeps coming, park when it stops).
 constexpr unsigned fruitless_spin_limit = 4;
@@ -317,9 +324,8 @@ void reactor::turn(std::chrono::nanoseconds max_wait) {
   // the next turn: its timer check, its submit and its reap sat on the message's critical path
   // twice. What the items posted for themselves runs now, a few passes at most and only while no
   // completion waits, so that neither I/O nor timers wait behind a chain.
-  for (unsigned pass = 1; pass < max_posted_passes && !local_.empty() &&
-                          io_uring_cq_ready(&ring_) == 0;
-       ++pass) {
+  for (unsigned pass = 1;
+       pass < max_posted_passes && !local_.empty() && !completions_waiting(ring_); ++pass) {
     run_posted();
   }
   if (!refused_.empty()) {
@@ -400,8 +406,7 @@ bool reactor::timers_may_be_due() noexcept {
 }
 
 bool reactor::work_waiting() noexcept {
-  return io_uring_cq_ready(&ring_) != 0 || !local_.empty() ||
-         (IO_URING_READ_ONCE(*ring_.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0 ||
+  return completions_waiting(ring_) || !local_.empty() ||
          ((state_.load(std::memory_order_acquire) >> 1) & count_mask) != (consumed_ & count_mask);
 }
 
@@ -416,8 +421,7 @@ bool reactor::work_waiting() noexcept {
 bool reactor::spin_for_work(std::chrono::nanoseconds budget) {
   const auto deadline = clock::now() + budget;
   for (unsigned i = 0;; ++i) {
-    if (io_uring_cq_ready(&ring_) != 0 ||
-        (IO_URING_READ_ONCE(*ring_.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0 ||
+    if (completions_waiting(ring_) ||
         ((state_.load(std::memory_order_acquire) >> 1) & count_mask) != (consumed_ & count_mask)) {
       fruitless_spins_ = 0;
       return true;
