@@ -225,7 +225,8 @@ struct mesh_config {
                               0, true};
 
   /// Reads VESSEL_PEER_TIMEOUT_MS (liveness.peer_deadline), VESSEL_HEARTBEAT_MS
-  /// (liveness.heartbeat_interval), VESSEL_RECONNECT_TIMEOUT_MS (reconnect_deadline) and
+  /// (liveness.heartbeat_interval), VESSEL_RECONNECT_TIMEOUT_MS (reconnect_deadline),
+  /// VESSEL_HANDSHAKE_TIMEOUT_MS (handshake_timeout and shm.handshake_timeout) and
   /// VESSEL_TRANSPORT into this config; a malformed value is an error naming the variable.
   detailed_result<void> apply_env(const env_view& env);
   /// One line per key, for the start-up log.
