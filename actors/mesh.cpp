@@ -109,7 +109,7 @@ detailed_result<void> mesh_config::apply_env(const env_view& env) {
   liveness.peer_deadline = deadline.value();
   liveness.heartbeat_interval = heartbeat.value();
   reconnect_deadline = reconnect.value();
-  if (handshake.value() != handshake_timeout) {
+  if (auto given = env.get("VESSEL_HANDSHAKE_TIMEOUT_MS"); given && !given->empty()) {
     // One setting for both handshakes a link may make: the mesh's and, before it, shm's own.
     handshake_timeout = handshake.value();
     shm.handshake_timeout = handshake.value();

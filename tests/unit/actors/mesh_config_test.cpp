@@ -43,6 +43,16 @@ TEST(mesh_config_env, reads_every_timeout_and_the_transport) {
   EXPECT_EQ(c.shm.handshake_timeout, 20000ms);
 }
 
+TEST(mesh_config_env, the_handshake_setting_overrides_a_shm_timeout_set_in_code) {
+  mesh_config c;
+  c.shm.handshake_timeout = 800ms;
+  ASSERT_TRUE(c.apply_env(env_view::from_map({})));
+  EXPECT_EQ(c.shm.handshake_timeout, 800ms);
+  ASSERT_TRUE(c.apply_env(env_view::from_map({{"VESSEL_HANDSHAKE_TIMEOUT_MS", "5000"}})));
+  EXPECT_EQ(c.handshake_timeout, 5000ms);
+  EXPECT_EQ(c.shm.handshake_timeout, 5000ms);
+}
+
 TEST(mesh_config_env, a_malformed_value_is_an_error_naming_the_variable_and_changes_nothing) {
   for (const char* bad : {"0", "-5", "5s", "abc"}) {
     SCOPED_TRACE(bad);
