@@ -94,7 +94,8 @@ detailed_result<void> mesh_config::apply_env(const env_view& env) {
   if (!heartbeat) return heartbeat.error();
   auto reconnect = env_ms(env, "VESSEL_RECONNECT_TIMEOUT_MS", reconnect_deadline);
   if (!reconnect) return reconnect.error();
-  auto handshake = env_ms(env, "VESSEL_HANDSHAKE_TIMEOUT_MS", handshake_timeout);
+  // Zero, which env_ms refuses from the environment, stands for "not given".
+  auto handshake = env_ms(env, "VESSEL_HANDSHAKE_TIMEOUT_MS", milliseconds::zero());
   if (!handshake) return handshake.error();
   auto choice = read_transport_override(env);
   if (!choice) return choice.error();
@@ -109,7 +110,7 @@ detailed_result<void> mesh_config::apply_env(const env_view& env) {
   liveness.peer_deadline = deadline.value();
   liveness.heartbeat_interval = heartbeat.value();
   reconnect_deadline = reconnect.value();
-  if (auto given = env.get("VESSEL_HANDSHAKE_TIMEOUT_MS"); given && !given->empty()) {
+  if (handshake.value() != milliseconds::zero()) {
     // One setting for both handshakes a link may make: the mesh's and, before it, shm's own.
     handshake_timeout = handshake.value();
     shm.handshake_timeout = handshake.value();
