@@ -24,6 +24,7 @@
 #include "collectives/trace_recorder.hpp"
 #include "io/cross_memory.hpp"
 #include "io/log.hpp"
+#include "io/single_copy_probe.hpp"
 #include "wire/copy_bytes.hpp"
 
 namespace vessel::collectives {
@@ -99,11 +100,34 @@ std::chrono::milliseconds rejoin_wait() {
   return std::chrono::milliseconds{ms > 0 ? ms : 60000};
 }
 
-/// VESSEL_PULL_BYTES (vessel::comm reads it too), or actors::default_pull_bytes; 0 turns offers
-/// off.
+/// Unset, VESSEL_PULL_BYTES is left to this machine: chunks of 256 KiB and up are offered only
+/// where the kernel copies between processes about as fast as memcpy does
+/// (io/single_copy_probe.hpp; measured once per process, logged at info). vessel::comm keeps its
+/// fixed 256 KiB: its pulls also keep an eager sender in step with its receiver, which a
+/// collective's posted receives already do.
+std::size_t pull_bytes_for_this_machine(std::uint32_t rank) {
+  const io::single_copy_rate& rate = io::single_copy_rate_here();
+  const bool pays = rate.pays();
+  if (rate.error) {
+    logger().info("rank {}: chunks not offered: this process cannot read memory ({})", rank,
+                  rate.error.message());
+  } else {
+    logger().info(
+        "rank {}: chunks {} offered: process_vm_readv copies {} KiB in {:.1f} us, memcpy in "
+        "{:.1f} us (VESSEL_PULL_BYTES overrides)",
+        rank, pays ? "are" : "not", io::single_copy_probe_bytes >> 10,
+        static_cast<double>(rate.kernel_copy.count()) / 1e3,
+        static_cast<double>(rate.user_copy.count()) / 1e3);
+  }
+  return pays ? actors::default_pull_bytes : 0;
+}
+
+/// VESSEL_PULL_BYTES (vessel::comm reads it too), else pull_bytes_for_this_machine(); 0 turns
+/// offers off.
 result<std::size_t> pull_bytes_from_env(std::uint32_t rank) {
-  auto n = actors::env_byte_count(actors::env_view::process(), "VESSEL_PULL_BYTES",
-                                  actors::default_pull_bytes);
+  const actors::env_view env = actors::env_view::process();
+  if (!env.has("VESSEL_PULL_BYTES")) return pull_bytes_for_this_machine(rank);
+  auto n = actors::env_byte_count(env, "VESSEL_PULL_BYTES", 0);
   if (!n) {
     logger().error("rank {}: {} (0 turns pulling off)", rank, n.error().detail);
     return errc::invalid_argument;

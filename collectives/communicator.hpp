@@ -143,7 +143,8 @@ struct communicator_options {
   std::optional<bool> retry_on_restart;
   /// World communicator only: a call whose chunks are this large (bytes) offers them to the
   /// ranks on this host, which read them from our memory (header comment, "One copy"). 0 never.
-  /// Unset: VESSEL_PULL_BYTES, else 256 KiB.
+  /// Unset: VESSEL_PULL_BYTES, else 256 KiB where a pull pays on this machine and never where
+  /// it does not (io/single_copy_probe.hpp).
   std::optional<std::size_t> pull_bytes;
 };
 
