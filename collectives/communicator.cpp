@@ -124,12 +124,20 @@ std::size_t pull_bytes_for_this_machine(std::uint32_t rank) {
 
 /// VESSEL_PULL_BYTES (vessel::comm reads it too), else pull_bytes_for_this_machine(); 0 turns
 /// offers off.
-result<std::size_t> pull_bytes_from_env(std::uint32_t rank) {
+result<std::size_t> pull_bytes_from_env(const actors::runtime& rt) {
   const actors::env_view env = actors::env_view::process();
-  if (!env.has("VESSEL_PULL_BYTES")) return pull_bytes_for_this_machine(rank);
+  if (!env.has("VESSEL_PULL_BYTES")) {
+    // Offers go only to ranks reached by shared memory: with none, there is nothing to measure.
+    for (std::uint32_t peer = 0; peer < rt.size(); ++peer) {
+      if (peer != rt.rank() && rt.reaches_by_shm(peer)) {
+        return pull_bytes_for_this_machine(rt.rank());
+      }
+    }
+    return 0;
+  }
   auto n = actors::env_byte_count(env, "VESSEL_PULL_BYTES", 0);
   if (!n) {
-    logger().error("rank {}: {} (0 turns pulling off)", rank, n.error().detail);
+    logger().error("rank {}: {} (0 turns pulling off)", rt.rank(), n.error().detail);
     return errc::invalid_argument;
   }
   return n.value();
@@ -1170,7 +1178,7 @@ result<std::unique_ptr<communicator>> communicator::create(actors::runtime& rt,
   if (options.pull_bytes) {
     e.pull_threshold = *options.pull_bytes;
   } else {
-    auto from_env = pull_bytes_from_env(rt.rank());
+    auto from_env = pull_bytes_from_env(rt);
     if (!from_env) return from_env.error();
     e.pull_threshold = from_env.value();
   }
