@@ -165,15 +165,13 @@ std::span<const selection_rule> measured_rules() noexcept {
       // Re-measured 2026-12-01 on a quiet machine (4 rounds): the ring, which lands and lends its
       // chunks since, is ahead from 64 KiB on both transports (64-512 KiB: 0.76-0.94x the time).
       {op::allreduce, 2, 2, 32 * kib, "recursive_doubling"},
-      // Over shared memory (2026-12-05, 7 rounds of 3 runs in a slow and a fast stretch): from
-      // 512 KiB to 1 MiB the ring is bistable (1 MiB: 122-127 or 205-258 us), whole halves
-      // (Rabenseifner; on two ranks the ring's exchange without its pipelined chunks) are not
-      // (123-181), and never more than 5% slower than the ring's good runs. At 384 KiB and from
-      // 2 MiB the ring is as fast or faster in the fast stretch (2 MiB: 254-258 against 327-360;
-      // 16 MiB 3.8-4.2 against 6.9-8.8 ms), though not in the slow one. Over TCP the ring wins
-      // at every size (Rabenseifner 1.2-1.4x its time).
-      {op::allreduce, 2, 2, 384 * kib, "ring", true},
-      {op::allreduce, 2, 2, 1 * mib, "rabenseifner", true},
+      // Over shared memory the 2026-12-05 table ran whole halves (Rabenseifner) from 384 KiB to
+      // 1 MiB, where the ring was bistable on that AMD guest (1 MiB: 122-127 or 205-258 us
+      // against 123-181). On an Intel KVM guest (2026-12-06, 3 interleaved rounds) whole halves
+      // take 1.3-1.9x the ring's time at every size from 384 KiB (1 MiB 293-300 against 167-171,
+      // Open MPI's vader 190), and the ring's slow stretch on AMD was still within vader's time
+      // there (244-265); so the ring, on both transports (over TCP Rabenseifner took 1.2-1.4x its
+      // time).
       {op::allreduce, 2, 2, SIZE_MAX, "ring"},
       // 4 ranks (2026-12-01, 5 rounds): over shm the ring is ahead from 16 KiB (64-256 KiB at
       // 0.56x recursive doubling's time); over TCP recursive doubling leads at 16 KiB,

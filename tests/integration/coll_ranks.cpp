@@ -366,9 +366,9 @@ bool wait_until_gone(const std::string& pid, std::chrono::seconds limit) {
   return false;
 }
 
-// The links a communicator sees and what they select: over shm every link is shared memory and
-// two ranks run a 1 MiB allreduce as whole halves (selection.cpp); over TCP, the shared table's
-// ring. Children see what their parent does.
+// The links a communicator sees and what they select: over shm every link is shared memory, so a
+// table's shared-memory-only rule (here: 1 MiB allreduce as whole halves) holds; over TCP the
+// measured table's ring runs. Children see what their parent does.
 void run_links(communicator& world, checker& ck) {
   const char* transport = std::getenv("VESSEL_TRANSPORT");
   const bool shm = transport != nullptr && std::string_view{transport} == "shm";
@@ -381,14 +381,23 @@ void run_links(communicator& world, checker& ck) {
   ck.ok(dup.has_value() ? vessel::result<void>{vessel::outcome::success()} : dup.error());
   if (dup) expect_true(ck, dup.value()->links() == want, "dup: links differ from the world's");
 
+  auto shm_table = algorithm_selector::from_table(
+      {{collective_op::allreduce, 2, 8, SIZE_MAX, "rabenseifner", /*shared_memory_only=*/true}});
+  ck.what = "links table";
+  ck.ok(shm_table.has_value() ? vessel::result<void>{vessel::outcome::success()}
+                              : shm_table.error());
+  if (!shm_table) return;
+  const algorithm_selector measured = world.selector();
+  world.selector() = std::move(shm_table.value());
   const std::size_t n = (std::size_t{1} << 20) / sizeof(float);
   const auto algorithm = world.algorithm_for(collective_op::allreduce, n * sizeof(float));
-  const std::string_view expected = shm && world.size() == 2 ? "rabenseifner" : "ring";
+  const std::string_view expected = shm ? "rabenseifner" : "ring";
   expect_true(ck, algorithm && algorithm.value() == expected,
               "1 MiB allreduce selects " +
                   (algorithm ? std::string{algorithm.value()} : algorithm.error().message()) +
                   ", want " + std::string{expected});
   run_case(world, ck, collective_op::allreduce, {}, dtype::float32, n);
+  world.selector() = measured;
 }
 
 void run_comms(communicator& world, checker& ck) {
