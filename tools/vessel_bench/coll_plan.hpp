@@ -66,16 +66,21 @@ struct coll_plan {
     return most;
   }
 
-  /// About 64 MiB moved per measurement, between 3 and 5000 calls. 5000 for the small sizes (as
+  /// About 64 MiB moved per measurement, between 10 and 5000 calls. 5000 for the small sizes (as
   /// OSU's micro-benchmarks take 10000 up to 8 KiB): 500 calls of 8 bytes lasted under a
-  /// millisecond, and both sides' medians moved by a third from run to run.
+  /// millisecond, and both sides' medians moved by a third from run to run. At least 10 for the
+  /// large ones (nccl-tests time 20): of 3 calls of a 64 MiB allreduce on 4 ranks sharing 2 cores,
+  /// one that met a descheduled rank (130-210 ms against 55-80) moved the mean by half.
   std::size_t iterations_for(std::size_t size_bytes) const {
     if (iterations != 0) return iterations;
-    return std::clamp<std::size_t>((std::size_t{64} << 20) / size_bytes, 3, 5000);
+    return std::clamp<std::size_t>((std::size_t{64} << 20) / size_bytes, 10, 5000);
   }
 
+  /// At least 5 calls, as nccl-tests warm up every size: the first calls of a new size touch
+  /// pages and pool blocks for the first time (a 64 MiB allreduce's first call 59-362 ms against
+  /// 55-80 after), and one warm-up call left that in the timed ones.
   std::size_t warmup(std::size_t size_bytes) const {
-    return std::clamp<std::size_t>(iterations_for(size_bytes) / 10, 1, 20);
+    return std::clamp<std::size_t>(iterations_for(size_bytes) / 10, 5, 20);
   }
 };
 

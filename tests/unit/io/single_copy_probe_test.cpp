@@ -18,10 +18,12 @@ single_copy_rate rate(nanoseconds kernel, nanoseconds user) {
   return r;
 }
 
-TEST(single_copy_probe, pulls_pay_while_the_kernel_copy_takes_at_most_one_and_a_half_user_copies) {
+TEST(single_copy_probe, pulls_pay_while_the_kernel_copy_takes_at_most_1_85_user_copies) {
   EXPECT_TRUE(rate(nanoseconds{20'000}, nanoseconds{25'000}).pays());
-  EXPECT_TRUE(rate(nanoseconds{30'000}, nanoseconds{20'000}).pays());
-  EXPECT_FALSE(rate(nanoseconds{30'001}, nanoseconds{20'000}).pays());
+  EXPECT_TRUE(rate(nanoseconds{37'000}, nanoseconds{20'000}).pays());
+  EXPECT_FALSE(rate(nanoseconds{37'001}, nanoseconds{20'000}).pays());
+  // The Intel Xeon KVM guest, where pulled collectives ran 1.2-1.4x faster.
+  EXPECT_TRUE(rate(nanoseconds{54'900}, nanoseconds{31'000}).pays());
   // The AMD EPYC PVM guests, where a pulled ring ran at half speed.
   EXPECT_FALSE(rate(nanoseconds{52'000}, nanoseconds{23'000}).pays());
 }
