@@ -20,6 +20,7 @@
 #include "actors/trace_recorder.hpp"
 #include "io/cross_memory.hpp"
 #include "io/log.hpp"
+#include "io/single_copy_probe.hpp"
 #include "wire/copy_bytes.hpp"
 
 namespace vessel {
@@ -65,6 +66,11 @@ constexpr std::size_t default_pull_threshold = actors::default_pull_bytes;
 /// through the ring streamed at 18.3-23.5 GB/s against 12.0-18.3 pulled, and ping-ponged in 52-56
 /// µs against 141-183 (docs/io_performance.md, "1 MiB through the ring again").
 constexpr std::size_t max_pull_bytes = std::size_t{512} << 10;
+/// ... or of at most this many where this machine's kernel copies between processes nearly as
+/// fast as memcpy does (io/single_copy_probe.hpp; the AMD VMs above do not). On an Intel Xeon KVM
+/// guest (2026-12-06) 1 MiB messages streamed at 17.2-17.5 GB/s pulled against 11.9-12.2 through
+/// the ring (vader 20.0); 4 MiB pulled lost there (9.4-9.8 against 11.0-11.5).
+constexpr std::size_t max_pull_bytes_where_pulls_pay = std::size_t{1} << 20;
 
 /// How long a pulled send waits for the receiver to take its offer before it sends the bytes the
 /// ordinary way: a receiver that is late must not hold its sender (nor two ranks that both send
@@ -216,6 +222,7 @@ struct comm::impl {
   std::unique_ptr<actors::runtime> rt;
   std::size_t lend_threshold = default_lend_threshold;  // VESSEL_LEND_BYTES
   std::size_t pull_threshold = default_pull_threshold;  // VESSEL_PULL_BYTES
+  std::size_t pull_limit = max_pull_bytes;              // or max_pull_bytes_where_pulls_pay
   std::uint64_t collective_seq = 0;  // barrier/allreduce calls so far (same order on every rank)
   bool finalized = false;
   actors::trace_recorder* recorder = actors::trace_recorder::global();  // null: no VESSEL_TRACE
@@ -247,7 +254,7 @@ struct comm::impl {
     if (dst >= r.size()) {
       throw_failed(rank(), "send to", dst, tag, actors::comm_errc::source_out_of_range);
     }
-    if (data.size() >= pull_threshold && data.size() <= max_pull_bytes && may_pull(dst) &&
+    if (data.size() >= pull_threshold && data.size() <= pull_limit && may_pull(dst) &&
         send_pulled(data, dst, tag)) {
       return;
     }
@@ -1005,6 +1012,31 @@ comm comm::init() {
   return init(actors::env_view::process(), std::move(options));
 }
 
+namespace {
+
+/// max_pull_bytes_where_pulls_pay where a peer is reached by shared memory (the only kind pulls
+/// go to; with none there is nothing to measure) and the probe says a pull pays, else
+/// max_pull_bytes. Logged at info: the probe's times say why.
+std::size_t pull_limit_for(const actors::runtime& rt, std::size_t pull_threshold) {
+  bool shm_peer = false;
+  for (std::uint32_t peer = 0; peer < rt.size() && !shm_peer; ++peer) {
+    shm_peer = peer != rt.rank() && rt.reaches_by_shm(peer);
+  }
+  if (!shm_peer || pull_threshold > max_pull_bytes_where_pulls_pay) return max_pull_bytes;
+  const io::single_copy_rate& rate = io::single_copy_rate_here();
+  const std::size_t limit = rate.pays() ? max_pull_bytes_where_pulls_pay : max_pull_bytes;
+  logger().info(
+      "rank {}: sends pulled up to {} KiB: process_vm_readv copies {} KiB in {:.1f} us, "
+      "memcpy in {:.1f} us{}",
+      rt.rank(), limit >> 10, io::single_copy_probe_bytes >> 10,
+      static_cast<double>(rate.kernel_copy.count()) / 1e3,
+      static_cast<double>(rate.user_copy.count()) / 1e3,
+      rate.error ? " (this process cannot read memory)" : "");
+  return limit;
+}
+
+}  // namespace
+
 comm comm::init(const actors::env_view& env, actors::runtime_options options) {
   const std::size_t lend_threshold =
       threshold_from(env, "VESSEL_LEND_BYTES", default_lend_threshold, "turns lending off");
@@ -1016,6 +1048,7 @@ comm comm::init(const actors::env_view& env, actors::runtime_options options) {
   p->lend_threshold = lend_threshold;
   p->pull_threshold = pull_threshold;
   p->rt = std::move(started).value();
+  p->pull_limit = pull_limit_for(*p->rt, pull_threshold);
   return comm{std::move(p)};
 }
 

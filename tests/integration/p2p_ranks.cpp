@@ -29,6 +29,7 @@
 
 #include "actors/comm.hpp"
 #include "actors/kv_store_client.hpp"
+#include "io/single_copy_probe.hpp"
 #include "tests/integration/forbid_process_reads.hpp"
 
 namespace {
@@ -627,6 +628,29 @@ int pull(vessel::comm& c, bool refuse) {
     expect_message(in, st.bytes, seed, "bytes of the message after a refused one");
   }
   c.barrier();
+
+  // 1 MiB is offered only where this machine's probe says a pull pays (the sender's process
+  // measured it at init; single_copy_rate_here() keeps that reading); 2 MiB never is.
+  for (const std::size_t size : {std::size_t{1} << 20, std::size_t{2} << 20}) {
+    ++seed;
+    if (me == 0) {
+      std::vector<std::byte> out(size);
+      fill(out, seed);
+      const std::uint64_t offered_before = c.pull_stats().offered;
+      std::this_thread::sleep_for(20ms);
+      c.send(out, 1, 9);
+      const bool offered = c.pull_stats().offered > offered_before;
+      const bool expected =
+          !refuse && size == (std::size_t{1} << 20) && vessel::io::single_copy_rate_here().pays();
+      check(offered == expected, "a message of " + std::to_string(size) +
+                                     (expected ? " must be offered" : " must not be offered"));
+    } else {
+      const vessel::recv_status st = c.recv(in, 0, 9, 30s);
+      check(st.bytes == size, "size of a message of " + std::to_string(size));
+      expect_message(in, size, seed, "bytes of a message of " + std::to_string(size));
+    }
+    c.barrier();
+  }
 
   const vessel::pull_stats p = c.pull_stats();
   std::printf("OK rank %u pull: offered %llu, pulled %llu, taken late %llu, refused %llu, "
