@@ -66,11 +66,11 @@ constexpr std::size_t default_pull_threshold = actors::default_pull_bytes;
 /// through the ring streamed at 18.3-23.5 GB/s against 12.0-18.3 pulled, and ping-ponged in 52-56
 /// µs against 141-183 (docs/io_performance.md, "1 MiB through the ring again").
 constexpr std::size_t max_pull_bytes = std::size_t{512} << 10;
-/// ... or of at most this many where this machine's kernel copies between processes nearly as
-/// fast as memcpy does (io/single_copy_probe.hpp; the AMD VMs above do not). On an Intel Xeon KVM
-/// guest (2026-12-06) 1 MiB messages streamed at 17.2-17.5 GB/s pulled against 11.9-12.2 through
-/// the ring (vader 20.0); 4 MiB pulled lost there (9.4-9.8 against 11.0-11.5).
-constexpr std::size_t max_pull_bytes_where_pulls_pay = std::size_t{1} << 20;
+/// ... or of at most actors::max_one_way_pull_bytes where this machine's kernel copies between
+/// processes nearly as fast as memcpy does (io/single_copy_probe.hpp; the AMD VMs above do not).
+/// On an Intel Xeon KVM guest (2026-12-06) 1 MiB messages streamed at 17.2-17.5 GB/s pulled
+/// against 11.9-12.2 through the ring (vader 20.0).
+constexpr std::size_t max_pull_bytes_where_pulls_pay = actors::max_one_way_pull_bytes;
 
 /// How long a pulled send waits for the receiver to take its offer before it sends the bytes the
 /// ordinary way: a receiver that is late must not hold its sender (nor two ranks that both send

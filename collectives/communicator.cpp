@@ -1409,11 +1409,13 @@ collective_request communicator::start(collective_op op, algorithm_params params
           : options_.max_sends_in_flight;
   s->size_rings(receive_slots, send_slots);
   // Offers while the chunks are large (the ring's blocks are message_bytes / size); every
-  // lendable chunk of such a call is offered, so a refused offer's resend overtakes none.
+  // lendable chunk of such a call is offered, so a refused offer's resend overtakes none. A
+  // broadcast moves data one way: offered only up to actors::max_one_way_pull_bytes.
   const std::size_t chunk_bytes = std::min(
       op == collective_op::allreduce ? message_bytes / params.size : message_bytes,
       params.chunk_bytes);
-  s->pull = chunk_bytes >= engine_->pull_threshold;
+  s->pull = chunk_bytes >= engine_->pull_threshold &&
+            (op != collective_op::broadcast || message_bytes <= actors::max_one_way_pull_bytes);
   if (message_bytes + header_bytes >= engine_->rt->fragment_bytes()) {
     // Room for the sends in flight and as many more awaiting their acks.
     s->loan_slots = 2 * s->send_slots;

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "actors/comm.hpp"
+#include "actors/env.hpp"
 #include "actors/kv_store_client.hpp"
 #include "actors/runtime.hpp"
 #include "collectives/communicator.hpp"
@@ -307,9 +308,9 @@ void expect_true(checker& ck, bool ok, const std::string& what) {
 
 /// Large calls over shm, whose chunks go as offers that the receiving rank reads from the
 /// sender's memory: the big four, every algorithm that lends its chunks, whole and odd sizes
-/// (a last chunk shorter than the others). With `refuse`, rank 1 cannot read anybody's memory
-/// (seccomp): it refuses its first offer from each peer, those chunks and every later one come
-/// the ordinary way, and every result is still right.
+/// (a last chunk shorter than the others; a broadcast's only up to 1 MiB). With `refuse`, rank 1
+/// cannot read anybody's memory (seccomp): it refuses its first offer from each peer, those chunks
+/// and every later one come the ordinary way, and every result is still right.
 void run_pulled(communicator& c, checker& ck, bool refuse) {
   const std::uint32_t p = c.size();
   const std::size_t whole = std::size_t{1} << 18;      // 1 MiB of int32
@@ -328,6 +329,18 @@ void run_pulled(communicator& c, checker& ck, bool refuse) {
         run_case(c, ck, op, algo, dtype::int32, block ? n / p : n);
         run_case(c, ck, op, algo, dtype::float32, block ? n / p : n);
       }
+    }
+  }
+  // A broadcast moves data one way and is offered only up to actors::max_one_way_pull_bytes:
+  // the root (run_case's: the last rank) offers its 1 MiB, nobody offers any of 3 MiB.
+  for (std::size_t n : {whole, odd}) {
+    const std::uint64_t before = c.pull_stats().offered;
+    run_case(c, ck, collective_op::broadcast, "binomial", dtype::int32, n);
+    const std::uint64_t offered = c.pull_stats().offered - before;
+    if (n * sizeof(std::int32_t) > vessel::actors::max_one_way_pull_bytes) {
+      expect_true(ck, offered == 0, "a broadcast of " + std::to_string(n * 4) + " B offered");
+    } else if (c.rank() == p - 1 && !refuse) {
+      expect_true(ck, offered > 0, "the root offered nothing of a 1 MiB broadcast");
     }
   }
   const chunk_pull_stats st = c.pull_stats();
