@@ -153,6 +153,9 @@ mesh::impl::impl(mesh& m, io::reactor& r, const mesh_config& c, mesh_observer& o
   // A data frame's payload may be as large as a fragment: the decoder must take it.
   tcp_options.limits.max_payload_bytes = static_cast<std::uint32_t>(
       std::max<std::size_t>(tcp_options.limits.max_payload_bytes, c.fragment_bytes));
+  // Fragments land in their message's block or the receive's buffer, not in the decoder's, also
+  // where no caller borrows the loop (an actor rank's node).
+  tcp_options.receive_by_readiness = true;
   links.resize(c.world_size);
   connectors.resize(c.world_size);
   addresses.resize(c.world_size);

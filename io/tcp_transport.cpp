@@ -72,7 +72,7 @@ tcp_transport::tcp_transport(reactor& r, int fd, transport_handler& handler,
       slot_bytes_{header_room + ((options.copy_bytes + 7) & ~std::size_t{7})},
       local_peer_{peer_is_on_this_host(fd)},
       zero_copy_{local_peer_ ? zero_copy::never : options.send_zero_copy},
-      readiness_{options.poll_when_lent && r.config().lendable},
+      readiness_{(options.poll_when_lent && r.config().lendable) || options.receive_by_readiness},
       // Not zeroed (each slot is written before it is sent): 672 KiB a connection, as the
       // decoder's buffer (wire/stream_decoder.cpp).
       slab_{std::make_unique_for_overwrite<std::byte[]>(

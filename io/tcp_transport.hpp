@@ -84,6 +84,14 @@ struct tcp_transport_options {
   /// On a lendable reactor, receive by readiness and let a borrower read the socket directly
   /// (see above). false: always an io_uring RECV.
   bool poll_when_lent = true;
+  /// Receive by readiness on any reactor (an io_uring POLL, then recv(2) on the loop's thread)
+  /// instead of an io_uring RECV into the decoder's buffer. Only so does a large payload come
+  /// off the socket straight into the handler's memory (transport_handler::payload_destination):
+  /// an io_uring RECV into that memory could still write after a close returned. The mesh sets
+  /// it: an actor rank's links (a plain reactor) then take 1 MiB messages at 9.9-10.2 GB/s
+  /// instead of 6.4-6.5, with the same 8-byte latency (docs/io_performance.md, "Actor ranks'
+  /// links receive large payloads in place").
+  bool receive_by_readiness = false;
   /// Frame bounds and receive buffer size (receive_buffer_bytes; 0 = one largest frame).
   wire::decoder_limits limits = default_limits();
 
@@ -136,7 +144,8 @@ class tcp_transport final : public transport, private loop_poller {
   std::string congestion_control() const;
   /// True until the transport has begun closing.
   bool is_open() const noexcept { return state_ == state::open; }
-  /// True when the socket is read by readiness (a lendable reactor and poll_when_lent).
+  /// True when the socket is read by readiness (a lendable reactor and poll_when_lent, or
+  /// receive_by_readiness).
   bool receives_by_readiness() const noexcept { return readiness_; }
 
  private:

@@ -1,7 +1,8 @@
 // io/tcp_transport on a lendable reactor (caller-driven progress): the socket is read by
 // readiness, a borrower reads it itself on its turns, and the reactor thread, taking the loop
-// back, waits on the socket again. The peer is a plain blocking socket of a socketpair; every
-// wait is for an event (a count, a flag), bounded by a deadline.
+// back, waits on the socket again. On a plain reactor it is read so when asked, and a large
+// payload lands where its handler wants it. The peer is a plain blocking socket of a socketpair;
+// every wait is for an event (a count, a flag), bounded by a deadline.
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -130,6 +131,68 @@ TEST(tcp_lending, a_transport_on_a_lendable_reactor_receives_by_readiness) {
   off.poll_when_lent = false;
   tcp_transport opted_out{p.r, ::dup(fds[1]), p.handler, off};  // never started
   EXPECT_FALSE(opted_out.receives_by_readiness());
+  ::close(fds[1]);
+}
+
+/// Takes every payload of place.size() bytes into `place`, split after `head_bytes`.
+struct placing_recorder final : transport_handler {
+  wire::fragment_place payload_destination(const wire::frame_header& h,
+                                           std::span<const std::byte>) override {
+    if (h.payload_len != place.size()) return {};
+    ++placed;
+    return {std::span{place}.first(head_bytes), std::span{place}.subspan(head_bytes)};
+  }
+  void on_frame(const wire::frame_header& h, std::span<const std::byte> payload,
+                const buffer_slice&) override {
+    in_place =
+        payload.data() == place.data() + head_bytes && payload.size() == place.size() - head_bytes;
+    intact = place == test::payload_for(h.seq, place.size());
+    frames.fetch_add(1, std::memory_order_release);
+  }
+  void on_closed(std::error_code) override { closed.store(true, std::memory_order_release); }
+
+  static constexpr std::size_t head_bytes = 16;
+  std::vector<std::byte> place = std::vector<std::byte>(std::size_t{256} << 10);
+  int placed = 0;
+  bool in_place = false;
+  bool intact = false;
+  std::atomic<int> frames{0};
+  std::atomic<bool> closed{false};
+};
+
+TEST(tcp_lending, a_plain_reactor_receives_by_readiness_when_asked_and_lands_payloads_in_place) {
+  test::reactor_thread plain;  // not lendable
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  placing_recorder h;
+  tcp_transport_options options;
+  options.receive_by_readiness = true;
+  auto t = plain.run([&] {
+    auto made = std::make_unique<tcp_transport>(plain.get(), fds[0], h, options);
+    made->start();
+    return made;
+  });
+  EXPECT_TRUE(t->receives_by_readiness());
+  // Larger than the socket buffer: the writer blocks until the reactor reads.
+  const std::vector<std::byte> frame = frame_bytes(3, h.place.size());
+  std::thread writer{[&] { EXPECT_TRUE(test::write_all(fds[1], frame)); }};
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (h.frames.load(std::memory_order_acquire) == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  writer.join();
+  ASSERT_EQ(h.frames.load(std::memory_order_acquire), 1);
+  plain.run([&] {
+    EXPECT_EQ(h.placed, 1);
+    EXPECT_TRUE(h.in_place) << "the payload was copied out of the decoder's buffer";
+    EXPECT_TRUE(h.intact);
+    t->close();
+  });
+  while (!h.closed.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_TRUE(h.closed.load(std::memory_order_acquire));
   ::close(fds[1]);
 }
 
