@@ -1,5 +1,6 @@
 #include "actors/kv_store_client.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <future>
 #include <thread>
@@ -62,6 +63,7 @@ struct kv_store_client::handler final : io::transport_handler {
       // The store is off the latency path: a borrower of the loop need not pay a recv(2) per
       // turn for it (its replies wait for the reactor thread instead).
       opts.poll_when_lent = false;
+      retire_transport();
       transport = std::make_unique<io::tcp_transport>(reactor, fd.value(), *this, opts);
       transport->start();
       return finish_dial({});
@@ -95,7 +97,30 @@ struct kv_store_client::handler final : io::transport_handler {
     client.cv_.notify_all();
   }
 
+  /// Drops the transport of a connection given up on (a redial). One that is still closing may
+  /// have its finish queued on the reactor: it is kept, closed, until its on_closed.
+  void retire_transport() {
+    if (!transport) return;
+    if (transport->has_ended()) return transport.reset();
+    {
+      std::lock_guard lock{client.mutex_};
+      ++retiring;
+    }
+    retired.push_back(std::move(transport));
+    retired.back()->close();  // its on_closed, now or later, drops it
+  }
+
   void on_closed(std::error_code why) override {
+    // A retired transport's end says nothing of the current connection.
+    const auto ended =
+        std::find_if(retired.begin(), retired.end(), [](const auto& t) { return t->has_ended(); });
+    if (ended != retired.end()) {
+      retired.erase(ended);  // destroys the caller: its last act was this call
+      std::lock_guard lock{client.mutex_};
+      --retiring;
+      client.cv_.notify_all();
+      return;
+    }
     {
       std::lock_guard lock{client.mutex_};
       client.lost_ = why ? why : io::make_error_code(io::errc::connection_closed);
@@ -113,13 +138,15 @@ struct kv_store_client::handler final : io::transport_handler {
   io::reactor& reactor;
   io::tcp_connector connector;
   std::unique_ptr<io::tcp_transport> transport;
+  std::vector<std::unique_ptr<io::tcp_transport>> retired;  // closing, dropped at their on_closed
   std::vector<io::socket_address> addresses;
   clock::time_point deadline;
   std::promise<std::error_code>* done = nullptr;
   std::optional<io::backoff> retry;
   std::size_t attempt = 0;
   std::error_code last_error;
-  bool closed = false;  // guarded by client.mutex_
+  bool closed = false;       // guarded by client.mutex_
+  std::size_t retiring = 0;  // guarded by client.mutex_: retired.size()
 };
 
 kv_store_client::kv_store_client(std::unique_ptr<io::reactor> own, io::reactor& r,
@@ -207,7 +234,7 @@ detailed_result<void> kv_store_client::dial(clock::time_point deadline) {
       return unreachable(ping.error().detail);
     }
     // The listener accepted and then closed (a store restarting): dial again.
-    reactor_.post([this] { handler_->transport.reset(); });
+    reactor_.post([this] { handler_->retire_transport(); });
   }
 }
 
@@ -381,7 +408,8 @@ kv_store_client::~kv_store_client() {
   });
   if (posted) {
     std::unique_lock lock{mutex_};
-    cv_.wait_for(lock, std::chrono::seconds{5}, [&] { return handler_->closed; });
+    cv_.wait_for(lock, std::chrono::seconds{5},
+                 [&] { return handler_->closed && handler_->retiring == 0; });
   }
   if (posted && reactor_.post([this, &closed] {
         handler_->transport.reset();

@@ -144,6 +144,9 @@ class tcp_transport final : public transport, private loop_poller {
   std::string congestion_control() const;
   /// True until the transport has begun closing.
   bool is_open() const noexcept { return state_ == state::open; }
+  /// True once it has closed for good (on_closed has run, or is running): from then on its owner
+  /// may destroy it. A transport that is closing may still have a finish of its own queued.
+  bool has_ended() const noexcept { return state_ == state::closed; }
   /// True when the socket is read by readiness (a lendable reactor and poll_when_lent, or
   /// receive_by_readiness).
   bool receives_by_readiness() const noexcept { return readiness_; }
