@@ -11,8 +11,10 @@ namespace vessel::io {
 namespace {
 
 // The first few warm the pages and the page tables. The two copies take turns, so that a burst
-// of load from a neighbour (ranks start together) slows both alike.
-constexpr int runs = 12;
+// of load from a neighbour (ranks start together) slows both alike, and each keeps its fastest
+// of many: with 12, the second of two ranks starting together read 1.94-1.97 in 4 of 10 launches
+// on the Intel guest (1.6-1.7 alone); with 32 (about 3 ms), 1.57-1.74 in all 10.
+constexpr int runs = 32;
 
 template <typename Copy>
 std::chrono::nanoseconds timed(Copy&& copy) {
