@@ -18,6 +18,7 @@
 #include "actors/kv_store_server.hpp"
 #include "io/reactor.hpp"
 #include "io/tcp_listener.hpp"
+#include "tests/unit/io/tcp_test_support.hpp"
 #include "wire/frame_codec.hpp"
 
 namespace vessel::actors {
@@ -225,17 +226,10 @@ TEST(KvStore, ClientStartedBeforeTheServerRetriesUntilItIsUp) {
 // stops listening; its port, on 127.0.0.1.
 struct slamming_listener {
   explicit slamming_listener(int count) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(::listen(fd, 8), 0);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
+    const io::test::plain_listener listening = io::test::plain_listen();
+    EXPECT_GE(listening.fd, 0) << "socket, bind, listen or getsockname on 127.0.0.1 failed";
+    fd = listening.fd;
+    port = listening.port();
     slammer = std::thread{[this, count] {
       for (int i = 0; i < count; ++i) {
         const int c = ::accept(fd, nullptr, nullptr);

@@ -16,6 +16,7 @@
 #include "io/buffer_ring.hpp"
 #include "io/reactor.hpp"
 #include "tests/unit/io/reactor_test_support.hpp"
+#include "tests/unit/io/tcp_test_support.hpp"
 
 namespace vessel::io {
 namespace {
@@ -88,14 +89,10 @@ class reactor_echo : public ::testing::TestWithParam<echo_case> {};
 
 TEST_P(reactor_echo, echo_over_loopback_tcp_returns_every_byte_in_order) {
   const auto param = GetParam();
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(listener, 4), 0);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const test::plain_listener listening = test::plain_listen(4);
+  ASSERT_GE(listening.fd, 0) << "socket, bind, listen or getsockname on 127.0.0.1 failed";
+  const int listener = listening.fd;
+  const sockaddr_in addr = listening.address;
   const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
   std::vector<std::byte> message(param.message_bytes);

@@ -101,6 +101,33 @@ T wait_or_fail(std::future<T>& fut, std::chrono::milliseconds timeout = 10s) {
   return fut.get();
 }
 
+/// A blocking socket listening on 127.0.0.1 at a port the kernel picked (SO_REUSEADDR): `fd` is
+/// -1 when a step failed; `address` is where to connect.
+struct plain_listener {
+  int fd = -1;
+  sockaddr_in address{};
+  std::uint16_t port() const noexcept { return ntohs(address.sin_port); }
+};
+
+inline plain_listener plain_listen(int backlog = 8) {
+  plain_listener l;
+  l.address.sin_family = AF_INET;
+  l.address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return l;
+  const int one = 1;
+  socklen_t len = sizeof l.address;
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      ::bind(fd, reinterpret_cast<const sockaddr*>(&l.address), sizeof l.address) != 0 ||
+      ::listen(fd, backlog) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&l.address), &len) != 0) {
+    ::close(fd);
+    return l;
+  }
+  l.fd = fd;
+  return l;
+}
+
 /// A blocking socket connected to `address`, TCP_NODELAY; -1 on failure.
 inline int plain_connect(const socket_address& address) {
   int fd = ::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
