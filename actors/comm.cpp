@@ -1018,11 +1018,9 @@ namespace {
 /// go to; with none there is nothing to measure) and the probe says a pull pays, else
 /// max_pull_bytes. Logged at info: the probe's times say why.
 std::size_t pull_limit_for(const actors::runtime& rt, std::size_t pull_threshold) {
-  bool shm_peer = false;
-  for (std::uint32_t peer = 0; peer < rt.size() && !shm_peer; ++peer) {
-    shm_peer = peer != rt.rank() && rt.reaches_by_shm(peer);
+  if (!rt.reaches_any_by_shm() || pull_threshold > max_pull_bytes_where_pulls_pay) {
+    return max_pull_bytes;
   }
-  if (!shm_peer || pull_threshold > max_pull_bytes_where_pulls_pay) return max_pull_bytes;
   const io::single_copy_rate& rate = io::single_copy_rate_here();
   const std::size_t limit = rate.pays() ? max_pull_bytes_where_pulls_pay : max_pull_bytes;
   logger().info(

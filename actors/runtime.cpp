@@ -928,6 +928,13 @@ bool runtime::reaches_by_shm(std::uint32_t peer) const noexcept {
   return mesh_ && mesh_->reaches_by_shm(peer);
 }
 
+bool runtime::reaches_any_by_shm() const noexcept {
+  for (std::uint32_t peer = 0; peer < world_; ++peer) {
+    if (peer != rank_ && reaches_by_shm(peer)) return true;
+  }
+  return false;
+}
+
 peer_link_stats runtime::link_stats(std::uint32_t peer) {
   return on_reactor([&] { return mesh_->stats(peer); });
 }

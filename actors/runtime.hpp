@@ -247,6 +247,8 @@ class runtime : private mesh_observer, private credit_sink {
   std::size_t fragment_bytes() const noexcept { return fragment_bytes_; }
   /// Whether the link to `peer` runs over shared memory (mesh::reaches_by_shm).
   bool reaches_by_shm(std::uint32_t peer) const noexcept;
+  /// Whether any other rank is reached over shared memory (where single-copy reads can go).
+  bool reaches_any_by_shm() const noexcept;
 
   /// Counters of the link to `peer` (runs on the reactor; any thread but the reactor's).
   peer_link_stats link_stats(std::uint32_t peer);

@@ -128,12 +128,7 @@ result<std::size_t> pull_bytes_from_env(const actors::runtime& rt) {
   const actors::env_view env = actors::env_view::process();
   if (!env.has("VESSEL_PULL_BYTES")) {
     // Offers go only to ranks reached by shared memory: with none, there is nothing to measure.
-    for (std::uint32_t peer = 0; peer < rt.size(); ++peer) {
-      if (peer != rt.rank() && rt.reaches_by_shm(peer)) {
-        return pull_bytes_for_this_machine(rt.rank());
-      }
-    }
-    return 0;
+    return rt.reaches_any_by_shm() ? pull_bytes_for_this_machine(rt.rank()) : 0;
   }
   auto n = actors::env_byte_count(env, "VESSEL_PULL_BYTES", 0);
   if (!n) {
