@@ -87,4 +87,23 @@ std::error_code pull_from_process(const process_token_offer& from, std::uint64_t
   return {};
 }
 
+std::error_code push_to_process(const process_token_offer& to, std::uint64_t remote_address,
+                                std::span<const std::byte> from) noexcept {
+  if (const std::error_code ec = pull_from_process(to, 0, {})) return ec;  // the token alone
+  std::size_t done = 0;
+  while (done < from.size()) {
+    // The iovec's base is not const, but process_vm_writev only reads the local side.
+    iovec local{const_cast<std::byte*>(from.data()) + done, from.size() - done};
+    iovec remote{reinterpret_cast<void*>(remote_address + done), from.size() - done};
+    const ssize_t n = ::process_vm_writev(to.pid, &local, 1, &remote, 1, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return std::make_error_code(static_cast<std::errc>(errno));
+    }
+    if (n == 0) return std::make_error_code(std::errc::bad_address);
+    done += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
 }  // namespace vessel::io

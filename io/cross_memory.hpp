@@ -1,9 +1,9 @@
 #pragma once
 // Reading a same-host peer's memory in one copy (cross-memory attach: process_vm_readv), as Open
-// MPI's vader does for large messages. The peer offers an address range and names itself by pid
-// and by this process's token: 16 random bytes at a fixed address, read in the same call as the
-// bytes themselves, so that a pid reused by another process, or one seen from another pid
-// namespace, is caught instead of read from.
+// MPI's vader does for large messages, and writing into it (process_vm_writev). The peer offers
+// an address range and names itself by pid and by this process's token: 16 random bytes at a
+// fixed address, read before the bytes are touched, so that a pid reused by another process, or
+// one seen from another pid namespace, is caught instead of read from or written to.
 
 #include <sys/types.h>
 
@@ -38,5 +38,13 @@ process_token_offer this_process_token() noexcept;
 /// pull may have written part of `into`.
 std::error_code pull_from_process(const process_token_offer& from, std::uint64_t remote_address,
                                   std::span<std::byte> into) noexcept;
+
+/// Copies `from` to `remote_address` in process `to.pid`, after a read of `to`'s token. The
+/// read and the write are two system calls: the owner of the range must be waiting for this
+/// write (as a receive that offered its buffer is), so that its pid cannot pass to another
+/// process in between. Errors as pull_from_process's; a failed push may have written part of the
+/// range.
+std::error_code push_to_process(const process_token_offer& to, std::uint64_t remote_address,
+                                std::span<const std::byte> from) noexcept;
 
 }  // namespace vessel::io

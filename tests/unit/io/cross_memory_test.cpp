@@ -110,5 +110,46 @@ TEST(cross_memory, an_empty_pull_only_checks_the_token) {
   EXPECT_FALSE(pull_from_process(self, 0, {}));
 }
 
+TEST(cross_memory, a_push_writes_into_the_other_process) {
+  std::vector<std::byte> bytes(3 << 20);
+  child_process child{bytes};
+  const auto address = reinterpret_cast<std::uintptr_t>(bytes.data());
+  std::vector<std::byte> ours(bytes.size() / 2 + 5);
+  for (std::size_t i = 0; i < ours.size(); ++i) ours[i] = std::byte(i * 13 + 1);
+  const std::size_t at = 4096 + 3;  // neither end on a page boundary
+  ASSERT_FALSE(push_to_process(child.offer(), address + at, ours));
+  std::vector<std::byte> back(bytes.size());
+  ASSERT_FALSE(pull_from_process(child.offer(), address, back));
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    const bool pushed = i >= at && i < at + ours.size();
+    ASSERT_EQ(back[i], pushed ? ours[i - at] : std::byte(i * 7 + 3)) << "at " << i;
+  }
+}
+
+TEST(cross_memory, a_push_to_a_pid_that_names_another_process_writes_nothing) {
+  std::vector<std::byte> bytes(4096);
+  child_process child{bytes};
+  process_token_offer wrong = child.offer();
+  wrong.token.words[0] ^= 1;
+  const auto address = reinterpret_cast<std::uintptr_t>(bytes.data());
+  const std::vector<std::byte> ours(bytes.size(), std::byte{0xee});
+  EXPECT_EQ(push_to_process(wrong, address, ours), make_error_code(errc::not_that_process));
+  std::vector<std::byte> back(bytes.size());
+  ASSERT_FALSE(pull_from_process(child.offer(), address, back));
+  for (std::size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], std::byte(i * 7 + 3));
+}
+
+TEST(cross_memory, a_push_to_an_unmapped_range_or_a_process_gone_fails) {
+  std::vector<std::byte> bytes(4096);
+  child_process child{bytes};
+  const std::vector<std::byte> ours(4096, std::byte{1});
+  EXPECT_EQ(push_to_process(child.offer(), 4096, ours),
+            std::make_error_code(std::errc::bad_address));
+  const process_token_offer offer = child.offer();
+  child.reap();
+  EXPECT_EQ(push_to_process(offer, reinterpret_cast<std::uintptr_t>(bytes.data()), ours),
+            std::make_error_code(std::errc::no_such_process));
+}
+
 }  // namespace
 }  // namespace vessel::io
