@@ -248,14 +248,21 @@ struct comm::impl {
     p2p_request::make_send(r, dst, tag, std::move(block).slice(0, header_bytes + n));
   }
 
+  /// Whether a send may offer its buffer for the receiver to read (send_pulled). The collectives
+  /// below never do: their receives hand chunks to a sink and have no buffer to pull into, and
+  /// both partners of an exchange send before they receive (each offer would wait out
+  /// pull_ready_wait).
+  enum class offers { allowed, never };
+
   /// Blocking send of a whole message, `chunk_window` chunks in flight at most.
-  void send(std::span<const std::byte> data, std::uint32_t dst, std::uint64_t tag) {
+  void send(std::span<const std::byte> data, std::uint32_t dst, std::uint64_t tag,
+            offers may_offer = offers::allowed) {
     actors::runtime& r = live();
     if (dst >= r.size()) {
       throw_failed(rank(), "send to", dst, tag, actors::comm_errc::source_out_of_range);
     }
-    if (data.size() >= pull_threshold && data.size() <= pull_limit && may_pull(dst) &&
-        send_pulled(data, dst, tag)) {
+    if (may_offer == offers::allowed && data.size() >= pull_threshold &&
+        data.size() <= pull_limit && may_pull(dst) && send_pulled(data, dst, tag)) {
       return;
     }
     // Not to ourselves: the loopback hands the sent handle itself to the receive, so the send
@@ -801,7 +808,7 @@ struct comm::impl {
     p2p_request::make_receive(first, from, tag);
     rt->submit(first);
     try {
-      send(out, to, tag);
+      send(out, to, tag, offers::never);
     } catch (...) {
       if (!first.done()) rt->cancel(first);
       first.wait();
@@ -811,12 +818,13 @@ struct comm::impl {
   }
 
   /// Finishes a receive whose first chunk is already posted as `first`, chunk by chunk into
-  /// `sink`.
+  /// `sink`. Never an offer (offers::never): with no buffer there is nothing to pull into.
   void receive_posted(p2p_request& first, clock::time_point deadline,
                       std::chrono::milliseconds timeout, const chunk_sink& sink) {
     await_first(first, deadline, timeout);
     finish_receive(
-        first, [](std::size_t) { return std::span<std::byte>{}; }, sink);
+        first, [](std::size_t) { return std::span<std::byte>{}; }, sink,
+        /*offers_allowed=*/false);
   }
 
   /// Reduces the elements [offset / sizeof(T), ...) of `acc` with the bytes of one received
@@ -889,7 +897,7 @@ struct comm::impl {
       // Fold: ranks past the largest power of two hand their data to a partner below it.
       if (me >= p2) {
         const std::int64_t at = trace_clock(t);
-        send(bytes, me - p2, base | 0xff);
+        send(bytes, me - p2, base | 0xff, offers::never);
         trace_sent(t, 0, me - p2, bytes.size(), at);
         receive_until(bytes, me - p2, base | 0xfe, deadline, timeout);
         trace_received(t, rounds + 1, me - p2, bytes.size());
@@ -911,7 +919,7 @@ struct comm::impl {
       }
       if (me < extra) {
         const std::int64_t at = trace_clock(t);
-        send(bytes, me + p2, base | 0xfe);
+        send(bytes, me + p2, base | 0xfe, offers::never);
         trace_sent(t, rounds + 1, me + p2, bytes.size(), at);
       }
     });

@@ -576,8 +576,11 @@ void run_world_collectives(vessel::comm& world, checker& ck) {
   ck.what = "comm.barrier";
   world.barrier(std::chrono::seconds{30});
   ++ck.runs;
-  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{300'000}}) {
-    // 300'000 int64: 2.4 MB, cut into several chunks per round.
+  for (std::size_t n :
+       {std::size_t{1}, std::size_t{1000}, std::size_t{40'000}, std::size_t{300'000}}) {
+    // 40'000 int64: 320 KB, a size that vessel::comm's sends pull over shm on any machine (its
+    // collectives must not: their receives have no buffer to pull into). 300'000: 2.4 MB, cut
+    // into several chunks per round.
     std::vector<std::int64_t> v(n);
     for (std::size_t i = 0; i < n; ++i) v[i] = std::int64_t(me + 1) * std::int64_t(i % 97 + 1);
     world.allreduce(std::span<std::int64_t>(v), vessel::reduce_op::sum, std::chrono::seconds{30});
