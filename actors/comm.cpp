@@ -66,11 +66,14 @@ constexpr std::size_t default_pull_threshold = actors::default_pull_bytes;
 /// through the ring streamed at 18.3-23.5 GB/s against 12.0-18.3 pulled, and ping-ponged in 52-56
 /// µs against 141-183 (docs/io_performance.md, "1 MiB through the ring again").
 constexpr std::size_t max_pull_bytes = std::size_t{512} << 10;
-/// ... or of at most actors::max_one_way_pull_bytes where this machine's kernel copies between
-/// processes nearly as fast as memcpy does (io/single_copy_probe.hpp; the AMD VMs above do not).
-/// On an Intel Xeon KVM guest (2026-12-06) 1 MiB messages streamed at 17.2-17.5 GB/s pulled
-/// against 11.9-12.2 through the ring (vader 20.0).
-constexpr std::size_t max_pull_bytes_where_pulls_pay = actors::max_one_way_pull_bytes;
+/// ... or of any size where this machine's kernel copies between processes nearly as fast as
+/// memcpy does (io/single_copy_probe.hpp; the AMD VMs above do not): there the sender's core, idle
+/// in its blocking send until the receiver is done, writes the back half of the message while the
+/// receiver reads the front (pull_reply). On an Intel Xeon KVM guest (2026-12-06), streams: 1 MiB
+/// 41.6-46.5 GB/s (vader 20.9-21.8), 4 MiB 19.1-20.4 against 10.3-10.7 through the ring, 16 MiB
+/// 18.8-19.7 against 12.2-12.5, 64 MiB 8.5-9.3 against 8.9-9.1 (docs/io_performance.md, "Both
+/// sides copy").
+constexpr std::size_t max_pull_bytes_where_pulls_pay = std::numeric_limits<std::size_t>::max();
 
 /// How long a pulled send waits for the receiver to take its offer before it sends the bytes the
 /// ordinary way: a receiver that is late must not hold its sender (nor two ranks that both send
@@ -93,17 +96,23 @@ std::size_t threshold_from(const actors::env_view& env, const char* name, std::s
 /// bits (the sender's chunk_payload(): the receiver's may differ when the ranks' pools do).
 constexpr std::uint64_t lent_layout = std::uint64_t{1} << 63;
 
-// A pulled message (send_pulled, take_offer), in four messages:
+// A pulled message (send_pulled, take_offer), in five messages:
 //   sender -> receiver, on the message's tag: the offer (a first chunk, pull_offer_layout, then
 //     a pull_offer: where the bytes are and which process holds them);
-//   receiver -> sender, on pull_control_tag(cookie, pull_ready): it has matched the offer;
+//   receiver -> sender, on pull_control_tag(cookie, pull_ready): it has matched the offer, and
+//     (a pull_reply) where its buffer lies and from which offset the sender writes the message
+//     into it itself;
 //   sender -> receiver, on the message's tag: go (a bare header, pull_go_layout) if that came
 //     within pull_ready_wait, else the message itself as an ordinary send;
+//   after go, both copy at once: the receiver reads the front of the message, the sender writes
+//     the back (process_vm_writev), then says so on pull_control_tag(cookie, pull_pushed) (or
+//     that it could not: the receiver reads the back too);
 //   receiver -> sender, on pull_control_tag(cookie, pull_done): pulled; discarded (the receive
 //     had nowhere to put it and fails, as with a pushed message too large for its buffer); or
 //     not (then the sender sends the message the ordinary way, as after a late "ready").
 // Only the sender decides between go and the ordinary send, so the receiver never reads memory
-// that the sender has stopped offering.
+// that the sender has stopped offering, nor does the sender write into a buffer that the
+// receiver has stopped offering: the receiver returns only after pull_pushed.
 constexpr std::uint64_t pull_offer_layout = std::uint64_t{1} << 62;
 constexpr std::uint64_t pull_go_layout = lent_layout | pull_offer_layout;
 
@@ -116,14 +125,35 @@ struct pull_offer {
   std::int64_t pid;
 };
 
-enum pull_control : std::uint64_t { pull_ready = 0, pull_done = 1 };
+/// The receiver's answer to an offer: where the message goes, and from which offset on the
+/// sender writes it there (the message's size: the receiver reads all of it).
+struct pull_reply {
+  std::uint64_t push_from;
+  std::uint64_t address;
+  std::uint64_t token_address;
+  std::array<std::uint64_t, 2> token;
+  std::int64_t pid;
+};
+
+/// Where the receiver splits a message of `bytes` that lands at `address`: halves, the back one
+/// starting on a page of the receiver's buffer, so the two copies never share a page there.
+/// Blocking sends only pull, and a sender blocked in one has a core to spare: two halves copied
+/// at once took 17 µs for 1 MiB where one pull took 46 (docs/io_performance.md, "Both sides
+/// copy").
+std::uint64_t push_split(std::uint64_t address, std::size_t bytes) {
+  constexpr std::uint64_t page = 4096;
+  const std::uint64_t middle = (address + bytes / 2) & ~(page - 1);
+  return middle > address ? middle - address : bytes;
+}
+
+enum pull_control : std::uint64_t { pull_ready = 0, pull_done = 1, pull_pushed = 2 };
 enum pull_result : std::uint64_t { pulled = 0, not_pulled = 1, discarded = 2 };
 
 /// Reserved tags with bit 61 set (comm's collectives number their calls in bits 16..60,
 /// collectives::communicator uses bit 62): cookie and kind.
-constexpr std::uint64_t pull_cookie_mask = (std::uint64_t{1} << 60) - 1;
+constexpr std::uint64_t pull_cookie_mask = (std::uint64_t{1} << 59) - 1;
 constexpr std::uint64_t pull_control_tag(std::uint64_t cookie, pull_control kind) {
-  return actors::reserved_tag_base | (std::uint64_t{1} << 61) | ((cookie & pull_cookie_mask) << 1) |
+  return actors::reserved_tag_base | (std::uint64_t{1} << 61) | ((cookie & pull_cookie_mask) << 2) |
          kind;
 }
 
@@ -149,6 +179,44 @@ clock::time_point deadline_after(std::chrono::milliseconds timeout) {
   throw comm_error{ec, "rank " + std::to_string(self) + ": " + what + " " + peer_name(peer) + " " +
                            tag_name(tag) + ": " + ec.message()};
 }
+
+/// A pull's control message received while other things go on: cancelled and waited for if
+/// left unfinished (a throw on the way), so that the runtime never completes a request that is
+/// gone.
+class scoped_receive {
+ public:
+  explicit scoped_receive(actors::runtime& rt) : rt_{rt} {}
+  scoped_receive(const scoped_receive&) = delete;
+  scoped_receive& operator=(const scoped_receive&) = delete;
+  ~scoped_receive() {
+    if (!posted_) return;
+    if (!request_.done()) rt_.cancel(request_);
+    request_.wait();
+  }
+
+  void post(std::uint32_t source, std::uint64_t tag) {
+    p2p_request::make_receive(request_, source, tag);
+    rt_.submit(request_);
+    posted_ = true;
+  }
+  bool posted() const { return posted_; }
+
+  /// Waits for the message, one 64-bit word (not_pulled if it is anything else); throws if the
+  /// link failed first, naming `user_tag` (the message the control message is about).
+  std::uint64_t take_word(std::uint32_t self, std::uint64_t user_tag) {
+    request_.wait();
+    if (request_.error) throw_failed(self, "receive from", request_.peer, user_tag, request_.error);
+    std::uint64_t word = not_pulled;
+    if (request_.length == sizeof word) std::memcpy(&word, request_.payload.data(), sizeof word);
+    request_.payload.reset();
+    return word;
+  }
+
+ private:
+  actors::runtime& rt_;
+  p2p_request request_;
+  bool posted_ = false;
+};
 
 void check_user_tag(std::uint32_t self, std::uint64_t tag, bool wildcard_ok) {
   if (tag < actors::reserved_tag_base || (wildcard_ok && tag == actors::any_tag)) return;
@@ -215,6 +283,7 @@ struct comm::impl {
   std::mutex pull_mutex;
   std::uint64_t next_pull_cookie = 0;
   std::vector<bool> pull_refused;  // [rank]: it could not read our memory once; never again
+  std::vector<bool> push_refused;  // [rank]: we could not write into its memory once; never again
   // "Ready"s that came too late for their offer (the message went the ordinary way): left
   // posted, before rt for the same reason as `lent`, so that they do not pile up unexpected.
   std::vector<std::unique_ptr<p2p_request>> late_ready;
@@ -373,7 +442,8 @@ struct comm::impl {
     return dst >= pull_refused.size() || !pull_refused[dst];
   }
 
-  /// send() by an offer of the caller's memory, which the receiver reads in one copy. True once
+  /// send() by an offer of the caller's memory, which the receiver reads in one copy (while we
+  /// write the back of it into the receiver's buffer ourselves, where it asks us to). True once
   /// it did; false when the message must go the ordinary way instead (the receiver took the
   /// offer late, or could not read our memory).
   bool send_pulled(std::span<const std::byte> data, std::uint32_t dst, std::uint64_t tag) {
@@ -405,13 +475,23 @@ struct comm::impl {
       return false;
     }
     if (ready->error) throw_failed(rank(), "send to", dst, tag, ready->error);
+    pull_reply reply{data.size(), 0, 0, {}, 0};  // a bare "ready": the receiver reads it all
+    if (ready->length == sizeof reply) std::memcpy(&reply, ready->payload.data(), sizeof reply);
     ready->payload.reset();
+    const bool asked_to_push = reply.push_from < data.size();
 
     p2p_request done;
     p2p_request::make_receive(done, dst, pull_control_tag(cookie, pull_done));
     r.submit(done);
     const chunk_header go{data.size(), pull_go_layout};
     send_small(dst, tag, std::as_bytes(std::span{&go, 1}), tag);
+    bool pushed = false;
+    if (asked_to_push) {
+      pushed = may_push(dst) && push_back_part(data, dst, reply);
+      const std::uint64_t word = pushed ? pulled : not_pulled;  // not: the receiver reads it too
+      send_small(dst, pull_control_tag(cookie, pull_pushed), std::as_bytes(std::span{&word, 1}),
+                 tag);
+    }
     done.wait();
     if (done.error) throw_failed(rank(), "send to", dst, tag, done.error);
     std::uint64_t result = not_pulled;
@@ -422,6 +502,7 @@ struct comm::impl {
       // the send is done all the same.
       const std::lock_guard lock{pull_mutex};
       ++(result == pulled ? pulls.pulled : pulls.discarded);
+      if (result == pulled && pushed) ++pulls.pushed;
       return true;
     }
     logger().warn("rank {}: rank {} could not read this process's memory; messages to it go "
@@ -434,8 +515,31 @@ struct comm::impl {
     return false;
   }
 
+  bool may_push(std::uint32_t dst) {
+    const std::lock_guard lock{pull_mutex};
+    return dst >= push_refused.size() || !push_refused[dst];
+  }
+
+  /// Writes data[reply.push_from, ...) into the receiver's buffer. False (once with a warning,
+  /// and never again to that rank) when we may not write there: the receiver then reads it.
+  bool push_back_part(std::span<const std::byte> data, std::uint32_t dst, const pull_reply& reply) {
+    const io::process_token_offer to{static_cast<pid_t>(reply.pid), reply.token_address,
+                                     io::process_token{reply.token}};
+    const std::error_code ec =
+        io::push_to_process(to, reply.address + reply.push_from, data.subspan(reply.push_from));
+    if (!ec) return true;
+    logger().warn("rank {}: cannot write into rank {}'s memory ({}): it reads whole messages "
+                  "from this process from now on",
+                  rank(), dst, ec.message());
+    const std::lock_guard lock{pull_mutex};
+    if (push_refused.size() < rt->size()) push_refused.resize(rt->size());
+    push_refused[dst] = true;
+    return false;
+  }
+
   /// The receiving side of send_pulled: `offer` arrived for the receive `st` (a message of
-  /// st.bytes). Says "ready", then pulls on "go" or takes the ordinary send that came instead.
+  /// st.bytes). Says "ready" (and where the sender writes the message's back half), then pulls
+  /// on "go" or takes the ordinary send that came instead.
   recv_status take_offer(const pull_offer& offer, recv_status st,
                          const std::function<std::span<std::byte>(std::size_t)>& size_known,
                          const chunk_sink& sink) {
@@ -443,9 +547,18 @@ struct comm::impl {
     auto answer = std::make_unique<p2p_request>();
     p2p_request::make_receive(*answer, st.source, st.tag);  // go, or the message itself
     rt->submit(*answer);
-    const std::uint64_t zero = 0;
+    // Nowhere to put it (destination empty): nothing to split, the sender is told it is
+    // discarded. Else the sender writes from push_from on, and says when it has.
+    const auto at = reinterpret_cast<std::uintptr_t>(destination.data());
+    const std::uint64_t push_from = destination.empty() ? st.bytes : push_split(at, st.bytes);
+    scoped_receive pushed{*rt};
+    if (push_from < st.bytes) {
+      pushed.post(st.source, pull_control_tag(offer.cookie, pull_pushed));
+    }
+    const io::process_token_offer self = io::this_process_token();
+    const pull_reply reply{push_from, at, self.token_address, self.token.words, self.pid};
     send_small(st.source, pull_control_tag(offer.cookie, pull_ready),
-               std::as_bytes(std::span{&zero, 1}), st.tag);
+               std::as_bytes(std::span{&reply, 1}), st.tag);
     answer->wait();
     if (answer->error) throw_failed(rank(), "receive from", st.source, st.tag, answer->error);
     chunk_header h{};
@@ -457,10 +570,18 @@ struct comm::impl {
       }
       answer->payload.reset();
       std::error_code ec;
+      const io::process_token_offer from{static_cast<pid_t>(offer.pid), offer.token_address,
+                                         io::process_token{offer.token}};
       if (!destination.empty()) {  // else nowhere to put it: the receive fails, as a push's
-        const io::process_token_offer from{static_cast<pid_t>(offer.pid), offer.token_address,
-                                           io::process_token{offer.token}};
-        ec = io::pull_from_process(from, offer.address, destination);
+        ec = io::pull_from_process(from, offer.address, destination.first(push_from));
+      }
+      if (pushed.posted()) {
+        // Only once the sender is done with our buffer may this receive end, whatever happened.
+        const std::uint64_t word = pushed.take_word(rank(), st.tag);
+        if (word != pulled && !ec) {
+          ec = io::pull_from_process(from, offer.address + push_from,
+                                     destination.subspan(push_from));
+        }
       }
       const std::uint64_t result = destination.empty() ? discarded : ec ? not_pulled : pulled;
       send_small(st.source, pull_control_tag(offer.cookie, pull_done),
@@ -482,11 +603,11 @@ struct comm::impl {
       if (answer->error) throw_failed(rank(), "receive from", st.source, st.tag, answer->error);
     }
     // The ordinary send of the same message (never another offer: its sender is past offering).
-    recv_status pushed = finish_receive(*answer, size_known, sink, /*offers_allowed=*/false);
-    if (pushed.bytes != st.bytes) {
+    recv_status ordinary = finish_receive(*answer, size_known, sink, /*offers_allowed=*/false);
+    if (ordinary.bytes != st.bytes) {
       throw_failed(rank(), "receive from", st.source, st.tag, actors::comm_errc::message_too_large);
     }
-    return pushed;
+    return ordinary;
   }
 
   /// Waits for the first chunk of a receive already submitted; on timeout cancels it and throws.
@@ -1023,21 +1144,23 @@ comm comm::init() {
 namespace {
 
 /// max_pull_bytes_where_pulls_pay where a peer is reached by shared memory (the only kind pulls
-/// go to; with none there is nothing to measure) and the probe says a pull pays, else
-/// max_pull_bytes. Logged at info: the probe's times say why.
+/// go to; with none, or with pulls turned off, there is nothing to measure) and the probe says a
+/// pull pays, else max_pull_bytes. Logged at info: the probe's times say why.
 std::size_t pull_limit_for(const actors::runtime& rt, std::size_t pull_threshold) {
-  if (!rt.reaches_any_by_shm() || pull_threshold > max_pull_bytes_where_pulls_pay) {
+  if (!rt.reaches_any_by_shm() || pull_threshold == std::numeric_limits<std::size_t>::max()) {
     return max_pull_bytes;
   }
   const io::single_copy_rate& rate = io::single_copy_rate_here();
   const std::size_t limit = rate.pays() ? max_pull_bytes_where_pulls_pay : max_pull_bytes;
-  logger().info(
-      "rank {}: sends pulled up to {} KiB: process_vm_readv copies {} KiB in {:.1f} us, "
-      "memcpy in {:.1f} us{}",
-      rt.rank(), limit >> 10, io::single_copy_probe_bytes >> 10,
-      static_cast<double>(rate.kernel_copy.count()) / 1e3,
-      static_cast<double>(rate.user_copy.count()) / 1e3,
-      rate.error ? " (this process cannot read memory)" : "");
+  logger().info("rank {}: sends pulled {}: process_vm_readv copies {} KiB in {:.1f} us, memcpy in "
+                "{:.1f} us{}",
+                rt.rank(),
+                limit == max_pull_bytes ? "up to " + std::to_string(max_pull_bytes >> 10) + " KiB"
+                                        : std::string{"at any size"},
+                io::single_copy_probe_bytes >> 10,
+                static_cast<double>(rate.kernel_copy.count()) / 1e3,
+                static_cast<double>(rate.user_copy.count()) / 1e3,
+                rate.error ? " (this process cannot read memory)" : "");
   return limit;
 }
 

@@ -107,6 +107,8 @@ class comm_request {
 struct pull_stats {
   std::uint64_t offered = 0;     ///< sends that offered their buffer
   std::uint64_t pulled = 0;      ///< ... that the receiver read
+  std::uint64_t pushed = 0;      ///< ... of which this rank wrote the back half into the
+                                 ///< receiver's buffer itself, while the receiver read the front
   std::uint64_t taken_late = 0;  ///< ... sent the ordinary way: the receiver took the offer late
   std::uint64_t refused = 0;     ///< ... sent the ordinary way: the receiver could not read it
   std::uint64_t discarded = 0;   ///< ... that the receiver refused whole: its buffer was too

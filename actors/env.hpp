@@ -51,12 +51,13 @@ detailed_result<std::size_t> env_byte_count(const env_view& env, std::string_vie
 /// (docs/io_performance.md, "One copy: the receiver reads the sender's memory").
 inline constexpr std::size_t default_pull_bytes = std::size_t{256} << 10;
 
-/// The largest one-way transfer (a vessel::comm send, a broadcast) pulled where a single copy
-/// pays (io/single_copy_probe.hpp). The pull moves the copy the two ranks' cores shared onto the
-/// receiver's alone, and the kernel's copy of data out of cache is slower than memcpy's, so past
-/// this it loses (Intel Xeon KVM guest, 2026-12-06: a 4 MiB message streamed at 9.4-9.8 GB/s
-/// pulled against 11.0-11.5 through the ring, a 64 MiB broadcast took 13.3 against 7.5 ms).
-/// Exchanges in which every rank sends and receives at once (the rings) pull at any size.
+/// The largest broadcast pulled where a single copy pays (io/single_copy_probe.hpp). The pull
+/// moves the copy the two ranks' cores shared onto the receiver's alone, and the kernel's copy of
+/// data out of cache is slower than memcpy's, so past this it loses (Intel Xeon KVM guest,
+/// 2026-12-06: a 64 MiB broadcast took 13.3 against 7.5 ms through the ring). Exchanges in which
+/// every rank sends and receives at once (the rings) pull at any size, and so do vessel::comm's
+/// blocking sends, whose sender writes half of the message itself while the receiver reads the
+/// other half.
 inline constexpr std::size_t max_one_way_pull_bytes = std::size_t{1} << 20;
 
 }  // namespace vessel::actors

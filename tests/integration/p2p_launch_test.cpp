@@ -118,6 +118,13 @@ TEST_F(p2p_launch, a_receiver_that_cannot_read_the_senders_memory_gets_its_messa
   EXPECT_NE(r.outputs[1].find("cannot read rank 0's memory"), std::string::npos) << r.outputs[1];
 }
 
+TEST_F(p2p_launch, a_sender_that_cannot_write_into_the_receiver_lets_it_read_whole_messages) {
+  launch_result r = run(2, "shm", {"pull", "refuse-push"});
+  expect_all_ok(r);
+  EXPECT_NE(r.outputs[0].find("cannot write into rank 1's memory"), std::string::npos)
+      << r.outputs[0];
+}
+
 TEST_F(p2p_launch, posted_receives_take_copied_multi_chunk_messages_in_place) {
   // Not lent: every chunk carries its own header.
   launch_result r = run(2, "tcp", {"land"}, 120s, {{"VESSEL_LEND_BYTES", "0"}});

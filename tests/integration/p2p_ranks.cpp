@@ -9,7 +9,7 @@
 //   p2p_ranks backpressure <total MiB> <sleep ms> <max RSS MiB> rank 0 pushes, rank 1 sleeps first
 //   p2p_ranks collectives                                       barrier + allreduce checks
 //   p2p_ranks serve <ms>                                        stay up, then a final exchange
-//   p2p_ranks pull [refuse]                                     single-copy sends, 2 ranks
+//   p2p_ranks pull [refuse|refuse-push]                         single-copy sends, 2 ranks
 
 #include <unistd.h>
 
@@ -539,12 +539,14 @@ int serve(vessel::comm& c, long ms) {
 }
 
 /// Single-copy sends between 2 ranks over shm (sizes from VESSEL_PULL_BYTES, 256 KiB, to 512 KiB):
-/// a receiver already waiting reads each message from the sender's memory; one that comes late
-/// (the sender waited 1 ms) gets it the ordinary way; two ranks that both send first, then
-/// receive, do not wait for each other; a buffer too small refuses the message whole. With
-/// `refuse` rank 1 cannot read rank 0's memory (seccomp): rank 0 offers until the refusal reaches
-/// it, then sends the ordinary way. Every message arrives intact either way.
-int pull(vessel::comm& c, bool refuse) {
+/// a receiver already waiting reads each message from the sender's memory, and the sender writes
+/// the back half into the receiver's buffer; one that comes late (the sender waited 1 ms) gets it
+/// the ordinary way; two ranks that both send first, then receive, do not wait for each other; a
+/// buffer too small refuses the message whole. With `refuse` rank 1 cannot read rank 0's memory
+/// (seccomp): rank 0 offers until the refusal reaches it, then sends the ordinary way. With
+/// `refuse-push` rank 0 cannot write into rank 1's: rank 1 reads whole messages. Every message
+/// arrives intact either way.
+int pull(vessel::comm& c, bool refuse, bool refuse_push) {
   check(c.size() == 2, "pull needs 2 ranks");
   const std::uint32_t me = c.rank();
   const std::uint32_t peer = 1 - me;
@@ -557,7 +559,7 @@ int pull(vessel::comm& c, bool refuse) {
     fill(want, s);
     check(got.size() >= size && std::equal(want.begin(), want.end(), got.begin()), what);
   };
-  std::vector<std::byte> in(std::size_t{2} << 20);
+  std::vector<std::byte> in(std::size_t{4} << 20);
   // Both past start-up before the sender's 20 ms start counting: one rank's init may end
   // milliseconds after the other's (its links' pages are touched as they come up).
   c.barrier();
@@ -629,9 +631,9 @@ int pull(vessel::comm& c, bool refuse) {
   }
   c.barrier();
 
-  // 1 MiB is offered only where this machine's probe says a pull pays (the sender's process
-  // measured it at init; single_copy_rate_here() keeps that reading); 2 MiB never is.
-  for (const std::size_t size : {std::size_t{1} << 20, std::size_t{2} << 20}) {
+  // Past 512 KiB a message is offered only where this machine's probe says a pull pays (the
+  // sender's process measured it at init; single_copy_rate_here() keeps that reading).
+  for (const std::size_t size : {std::size_t{1} << 20, (std::size_t{3} << 20) + 5}) {
     ++seed;
     if (me == 0) {
       std::vector<std::byte> out(size);
@@ -640,8 +642,7 @@ int pull(vessel::comm& c, bool refuse) {
       std::this_thread::sleep_for(20ms);
       c.send(out, 1, 9);
       const bool offered = c.pull_stats().offered > offered_before;
-      const bool expected =
-          !refuse && size == (std::size_t{1} << 20) && vessel::io::single_copy_rate_here().pays();
+      const bool expected = !refuse && vessel::io::single_copy_rate_here().pays();
       check(offered == expected, "a message of " + std::to_string(size) +
                                      (expected ? " must be offered" : " must not be offered"));
     } else {
@@ -653,10 +654,10 @@ int pull(vessel::comm& c, bool refuse) {
   }
 
   const vessel::pull_stats p = c.pull_stats();
-  std::printf("OK rank %u pull: offered %llu, pulled %llu, taken late %llu, refused %llu, "
-              "discarded %llu, read %llu\n",
+  std::printf("OK rank %u pull: offered %llu, pulled %llu (%llu half pushed), taken late %llu, "
+              "refused %llu, discarded %llu, read %llu\n",
               me, static_cast<unsigned long long>(p.offered),
-              static_cast<unsigned long long>(p.pulled),
+              static_cast<unsigned long long>(p.pulled), static_cast<unsigned long long>(p.pushed),
               static_cast<unsigned long long>(p.taken_late),
               static_cast<unsigned long long>(p.refused),
               static_cast<unsigned long long>(p.discarded),
@@ -681,6 +682,12 @@ int pull(vessel::comm& c, bool refuse) {
     // the ordinary way (late); never counted as pulled.
     check(p.discarded <= 1 && p.pulled + p.taken_late + p.discarded == p.offered,
           "every offer counted once (discarded " + std::to_string(p.discarded) + ")");
+    // Every message taken is split: the receiver reads the front, we write the back.
+    if (refuse_push) {
+      check(p.pushed == 0, "no half pushed by a rank that may not write into its peer");
+    } else {
+      check(p.pushed == p.pulled, "the back half of every pulled message pushed by its sender");
+    }
   } else {
     check(p.pulls_done >= 1, "messages read from the sender's memory");
   }
@@ -697,9 +704,16 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   auto arg = [&](int i, long fallback) { return argc > i ? std::atol(argv[i]) : fallback; };
   try {
-    const bool refuse_pulls = mode == "pull" && argc > 2 && std::string{argv[2]} == "refuse";
-    if (refuse_pulls && std::getenv("VESSEL_RANK") && std::string{std::getenv("VESSEL_RANK")} == "1") {
+    const std::string pull_variant = mode == "pull" && argc > 2 ? argv[2] : "";
+    const bool refuse_pulls = pull_variant == "refuse";
+    const bool refuse_pushes = pull_variant == "refuse-push";
+    const char* rank_env = std::getenv("VESSEL_RANK");
+    const std::string rank_name = rank_env != nullptr ? rank_env : "";
+    if (refuse_pulls && rank_name == "1") {
       check(vessel::test::forbid_reading_other_processes(), "seccomp filter");
+    }
+    if (refuse_pushes && rank_name == "0") {
+      check(vessel::test::forbid_writing_into_other_processes(), "seccomp filter");
     }
     vessel::comm c = vessel::comm::init();
     std::printf("rank %u of %u up (%s)\n", c.rank(), c.size(), c.runtime().launch().source.c_str());
@@ -728,7 +742,7 @@ int main(int argc, char** argv) {
     } else if (mode == "serve") {
       rc = serve(c, arg(2, 1000));
     } else if (mode == "pull") {
-      rc = pull(c, refuse_pulls);
+      rc = pull(c, refuse_pulls, refuse_pushes);
     } else {
       die("unknown mode " + mode);
     }
