@@ -528,9 +528,10 @@ struct comm::impl {
     const std::error_code ec =
         io::push_to_process(to, reply.address + reply.push_from, data.subspan(reply.push_from));
     if (!ec) return true;
-    logger().warn("rank {}: cannot write into rank {}'s memory ({}): it reads whole messages "
-                  "from this process from now on",
-                  rank(), dst, ec.message());
+    logger().warn(
+        "rank {}: cannot write into rank {}'s memory ({}): it reads whole messages "
+        "from this process from now on",
+        rank(), dst, ec.message());
     const std::lock_guard lock{pull_mutex};
     if (push_refused.size() < rt->size()) push_refused.resize(rt->size());
     push_refused[dst] = true;
@@ -1152,15 +1153,15 @@ std::size_t pull_limit_for(const actors::runtime& rt, std::size_t pull_threshold
   }
   const io::single_copy_rate& rate = io::single_copy_rate_here();
   const std::size_t limit = rate.pays() ? max_pull_bytes_where_pulls_pay : max_pull_bytes;
-  logger().info("rank {}: sends pulled {}: process_vm_readv copies {} KiB in {:.1f} us, memcpy in "
-                "{:.1f} us{}",
-                rt.rank(),
-                limit == max_pull_bytes ? "up to " + std::to_string(max_pull_bytes >> 10) + " KiB"
-                                        : std::string{"at any size"},
-                io::single_copy_probe_bytes >> 10,
-                static_cast<double>(rate.kernel_copy.count()) / 1e3,
-                static_cast<double>(rate.user_copy.count()) / 1e3,
-                rate.error ? " (this process cannot read memory)" : "");
+  logger().info(
+      "rank {}: sends pulled {}: process_vm_readv copies {} KiB in {:.1f} us, memcpy in "
+      "{:.1f} us{}",
+      rt.rank(),
+      limit == max_pull_bytes ? "up to " + std::to_string(max_pull_bytes >> 10) + " KiB"
+                              : std::string{"at any size"},
+      io::single_copy_probe_bytes >> 10, static_cast<double>(rate.kernel_copy.count()) / 1e3,
+      static_cast<double>(rate.user_copy.count()) / 1e3,
+      rate.error ? " (this process cannot read memory)" : "");
   return limit;
 }
 

@@ -654,14 +654,13 @@ int pull(vessel::comm& c, bool refuse, bool refuse_push) {
   }
 
   const vessel::pull_stats p = c.pull_stats();
-  std::printf("OK rank %u pull: offered %llu, pulled %llu (%llu half pushed), taken late %llu, "
-              "refused %llu, discarded %llu, read %llu\n",
-              me, static_cast<unsigned long long>(p.offered),
-              static_cast<unsigned long long>(p.pulled), static_cast<unsigned long long>(p.pushed),
-              static_cast<unsigned long long>(p.taken_late),
-              static_cast<unsigned long long>(p.refused),
-              static_cast<unsigned long long>(p.discarded),
-              static_cast<unsigned long long>(p.pulls_done));
+  std::printf(
+      "OK rank %u pull: offered %llu, pulled %llu (%llu half pushed), taken late %llu, "
+      "refused %llu, discarded %llu, read %llu\n",
+      me, static_cast<unsigned long long>(p.offered), static_cast<unsigned long long>(p.pulled),
+      static_cast<unsigned long long>(p.pushed), static_cast<unsigned long long>(p.taken_late),
+      static_cast<unsigned long long>(p.refused), static_cast<unsigned long long>(p.discarded),
+      static_cast<unsigned long long>(p.pulls_done));
   if (refuse) {
     if (me == 0) {
       // The refusal reached us. How many offers went before it depends on the receiver: one
