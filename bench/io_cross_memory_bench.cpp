@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
