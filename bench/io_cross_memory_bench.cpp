@@ -133,8 +133,8 @@ bool skip_without_reads(benchmark::State& state, sender_process& s, std::size_t 
     state.SkipWithError("could not fork the sender");
     return true;
   }
-  if (const std::error_code ec = io::pull_from_process(s.child(), s.source_address(),
-                                                       s.destination(n))) {
+  if (const std::error_code ec =
+          io::pull_from_process(s.child(), s.source_address(), s.destination(n))) {
     state.SkipWithError(("this process may not read another's memory: " + ec.message()).c_str());
     return true;
   }
