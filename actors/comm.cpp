@@ -108,8 +108,8 @@ constexpr std::uint64_t lent_layout = std::uint64_t{1} << 63;
 //     the back (process_vm_writev), then says so on pull_control_tag(cookie, pull_pushed) (or
 //     that it could not: the receiver reads the back too);
 //   receiver -> sender, on pull_control_tag(cookie, pull_done): pulled; discarded (the receive
-//     had nowhere to put it and fails, as with a pushed message too large for its buffer); or
-//     not (then the sender sends the message the ordinary way, as after a late "ready").
+//     had nowhere to put it and fails, as with an ordinary message too large for its buffer);
+//     or not (then the sender sends the message the ordinary way, as after a late "ready").
 // Only the sender decides between go and the ordinary send, so the receiver never reads memory
 // that the sender has stopped offering, nor does the sender write into a buffer that the
 // receiver has stopped offering: the receiver returns only after pull_pushed.
@@ -498,7 +498,7 @@ struct comm::impl {
     if (done.length == sizeof result) std::memcpy(&result, done.payload.data(), sizeof result);
     done.payload.reset();
     if (result == pulled || result == discarded) {
-      // Discarded: the receive failed, as a pushed message too large for its buffer does, and
+      // Discarded: the receive failed, as an ordinary message too large for its buffer does, and
       // the send is done all the same.
       const std::lock_guard lock{pull_mutex};
       ++(result == pulled ? pulls.pulled : pulls.discarded);
@@ -573,7 +573,7 @@ struct comm::impl {
       std::error_code ec;
       const io::process_token_offer from{static_cast<pid_t>(offer.pid), offer.token_address,
                                          io::process_token{offer.token}};
-      if (!destination.empty()) {  // else nowhere to put it: the receive fails, as a push's
+      if (!destination.empty()) {  // else nowhere to put it: the receive fails, as an ordinary message's
         ec = io::pull_from_process(from, offer.address, destination.first(push_from));
       }
       if (pushed.posted()) {
