@@ -573,7 +573,8 @@ struct comm::impl {
       std::error_code ec;
       const io::process_token_offer from{static_cast<pid_t>(offer.pid), offer.token_address,
                                          io::process_token{offer.token}};
-      if (!destination.empty()) {  // else nowhere to put it: the receive fails, as an ordinary message's
+      // An empty destination: nowhere to put it, the receive fails (as for an ordinary message).
+      if (!destination.empty()) {
         ec = io::pull_from_process(from, offer.address, destination.first(push_from));
       }
       if (pushed.posted()) {
