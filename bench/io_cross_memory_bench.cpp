@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "io/cpu_relax.hpp"
 #include "io/cross_memory.hpp"
 
 namespace {
@@ -29,14 +30,6 @@ namespace {
 namespace io = vessel::io;
 
 constexpr std::size_t max_bytes = std::size_t{64} << 20;
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 /// What the two processes share: the child's token, and one push per `command` generation.
 struct shared_page {
@@ -62,7 +55,7 @@ class sender_process {
     pid_ = ::fork();
     if (pid_ == 0) serve(parent);
     if (pid_ < 0) return;
-    while (!shared_->ready.load(std::memory_order_acquire)) cpu_relax();
+    while (!shared_->ready.load(std::memory_order_acquire)) io::cpu_relax();
   }
   ~sender_process() {
     if (pid_ <= 0) return;
@@ -87,7 +80,7 @@ class sender_process {
     return shared_->command.fetch_add(1, std::memory_order_release) + 1;
   }
   void await_push(std::uint64_t generation) const {
-    while (shared_->done.load(std::memory_order_acquire) != generation) cpu_relax();
+    while (shared_->done.load(std::memory_order_acquire) != generation) io::cpu_relax();
   }
 
  private:
@@ -102,7 +95,7 @@ class sender_process {
       std::uint64_t now = seen;
       while ((now = shared_->command.load(std::memory_order_acquire)) == seen) {
         if (shared_->quit.load(std::memory_order_relaxed)) ::_exit(0);
-        cpu_relax();
+        io::cpu_relax();
       }
       seen = now;
       const std::size_t from = shared_->push_from.load(std::memory_order_relaxed);

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "io/cpu_relax.hpp"
 #include "io/errc.hpp"
 #include "io/log.hpp"
 #include "wire/copy_bytes.hpp"
@@ -81,14 +82,6 @@ void store(std::byte* p, T v) noexcept {
 /// aligned in the mapping, so every line start is a naturally aligned u32).
 std::atomic_ref<std::uint32_t> first_word(std::byte* line) noexcept {
   return std::atomic_ref<std::uint32_t>{*reinterpret_cast<std::uint32_t*>(line)};
-}
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
 }
 
 }  // namespace
