@@ -202,10 +202,11 @@ class scoped_receive {
   bool posted() const { return posted_; }
 
   /// Waits for the message, one 64-bit word (not_pulled if it is anything else); throws if the
-  /// link failed first, naming `user_tag` (the message the control message is about).
-  std::uint64_t take_word(std::uint32_t self, std::uint64_t user_tag) {
+  /// link failed first, saying `what` (a "send to" or a "receive from") was failing with
+  /// `user_tag` (the message the control message is about).
+  std::uint64_t take_word(std::uint32_t self, const char* what, std::uint64_t user_tag) {
     request_.wait();
-    if (request_.error) throw_failed(self, "receive from", request_.peer, user_tag, request_.error);
+    if (request_.error) throw_failed(self, what, request_.peer, user_tag, request_.error);
     std::uint64_t word = not_pulled;
     if (request_.length == sizeof word) std::memcpy(&word, request_.payload.data(), sizeof word);
     request_.payload.reset();
@@ -438,8 +439,17 @@ struct comm::impl {
 
   bool may_pull(std::uint32_t dst) {
     if (dst == rank() || !rt->reaches_by_shm(dst)) return false;
+    return !is_listed(pull_refused, dst);
+  }
+
+  /// pull_refused and push_refused: ranks listed once are never tried again.
+  bool is_listed(const std::vector<bool>& list, std::uint32_t r) {
     const std::lock_guard lock{pull_mutex};
-    return dst >= pull_refused.size() || !pull_refused[dst];
+    return r < list.size() && list[r];
+  }
+  void add_to_list(std::vector<bool>& list, std::uint32_t r) {  // pull_mutex held
+    if (list.size() <= r) list.resize(rt->size());
+    list[r] = true;
   }
 
   /// send() by an offer of the caller's memory, which the receiver reads in one copy (while we
@@ -480,23 +490,18 @@ struct comm::impl {
     ready->payload.reset();
     const bool asked_to_push = reply.push_from < data.size();
 
-    p2p_request done;
-    p2p_request::make_receive(done, dst, pull_control_tag(cookie, pull_done));
-    r.submit(done);
+    scoped_receive done{r};
+    done.post(dst, pull_control_tag(cookie, pull_done));
     const chunk_header go{data.size(), pull_go_layout};
     send_small(dst, tag, std::as_bytes(std::span{&go, 1}), tag);
     bool pushed = false;
     if (asked_to_push) {
-      pushed = may_push(dst) && push_back_part(data, dst, reply);
+      pushed = !is_listed(push_refused, dst) && push_back_part(data, dst, reply);
       const std::uint64_t word = pushed ? pulled : not_pulled;  // not: the receiver reads it too
       send_small(dst, pull_control_tag(cookie, pull_pushed), std::as_bytes(std::span{&word, 1}),
                  tag);
     }
-    done.wait();
-    if (done.error) throw_failed(rank(), "send to", dst, tag, done.error);
-    std::uint64_t result = not_pulled;
-    if (done.length == sizeof result) std::memcpy(&result, done.payload.data(), sizeof result);
-    done.payload.reset();
+    const std::uint64_t result = done.take_word(rank(), "send to", tag);
     if (result == pulled || result == discarded) {
       // Discarded: the receive failed, as an ordinary message too large for its buffer does, and
       // the send is done all the same.
@@ -509,15 +514,9 @@ struct comm::impl {
                   "through the shm ring from now on",
                   rank(), dst);
     const std::lock_guard lock{pull_mutex};
-    if (pull_refused.size() < r.size()) pull_refused.resize(r.size());
-    pull_refused[dst] = true;
+    add_to_list(pull_refused, dst);
     ++pulls.refused;
     return false;
-  }
-
-  bool may_push(std::uint32_t dst) {
-    const std::lock_guard lock{pull_mutex};
-    return dst >= push_refused.size() || !push_refused[dst];
   }
 
   /// Writes data[reply.push_from, ...) into the receiver's buffer. False (once with a warning,
@@ -533,8 +532,7 @@ struct comm::impl {
         "from this process from now on",
         rank(), dst, ec.message());
     const std::lock_guard lock{pull_mutex};
-    if (push_refused.size() < rt->size()) push_refused.resize(rt->size());
-    push_refused[dst] = true;
+    add_to_list(push_refused, dst);
     return false;
   }
 
@@ -579,7 +577,7 @@ struct comm::impl {
       }
       if (pushed.posted()) {
         // Only once the sender is done with our buffer may this receive end, whatever happened.
-        const std::uint64_t word = pushed.take_word(rank(), st.tag);
+        const std::uint64_t word = pushed.take_word(rank(), "receive from", st.tag);
         if (word != pulled && !ec) {
           ec = io::pull_from_process(from, offer.address + push_from,
                                      destination.subspan(push_from));
