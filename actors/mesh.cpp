@@ -16,6 +16,7 @@
 #include "actors/mesh_impl.hpp"
 #include "io/errc.hpp"
 #include "io/log.hpp"
+#include "io/single_copy_probe.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -99,6 +100,12 @@ detailed_result<void> mesh_config::apply_env(const env_view& env) {
   if (!handshake) return handshake.error();
   auto choice = read_transport_override(env);
   if (!choice) return choice.error();
+  // Measured only when it decides something: the probe takes ~3 ms.
+  const bool lend_given = env.get("VESSEL_SHM_LEND_BYTES").has_value();
+  auto lend = env_byte_count(
+      env, "VESSEL_SHM_LEND_BYTES",
+      lend_given || !io::single_copy_rate_here().pays() ? std::size_t{0} : default_shm_lend_bytes);
+  if (!lend) return lend.error();
   switch (choice.value()) {
     case transport_override::automatic: transport = mesh_transport::automatic; break;
     case transport_override::tcp: transport = mesh_transport::tcp; break;
@@ -110,6 +117,7 @@ detailed_result<void> mesh_config::apply_env(const env_view& env) {
   liveness.peer_deadline = deadline.value();
   liveness.heartbeat_interval = heartbeat.value();
   reconnect_deadline = reconnect.value();
+  shm.lend_min = lend.value();
   if (handshake.value() != milliseconds::zero()) {
     // One setting for both handshakes a link may make: the mesh's and, before it, shm's own.
     handshake_timeout = handshake.value();

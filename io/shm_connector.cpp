@@ -78,6 +78,12 @@ result<shm_segment> create_tx_segment(const shm_config& config) noexcept {
   header->version = shm::layout_version;
   header->ring_bytes = config.ring_bytes;
   header->area_bytes = config.area_bytes;
+  // Whoever reads a payload we lend checks these first (cross_memory.hpp).
+  const process_token_offer self = this_process_token();
+  header->creator_pid = static_cast<std::uint32_t>(self.pid);
+  header->creator_token_address = self.token_address;
+  header->creator_token[0] = self.token.words[0];
+  header->creator_token[1] = self.token.words[1];
   new (seg.data() + shm::cache_line) shm::ring_control{};
   // Written once here, before the peer sees it: the ring and the area start in this core's
   // caches and mapped for writing (touch_stride's comment). A cold first pass cost a new link's
@@ -103,6 +109,9 @@ result<shm_segment> adopt_rx_segment(shm_fd fd, std::uint64_t announced, const s
   if (!ok) return errc::handshake_failed;
   ch.rx_ring_bytes = h.ring_bytes;
   ch.rx_area_bytes = h.area_bytes;
+  ch.rx_lender.pid = static_cast<pid_t>(h.creator_pid);
+  ch.rx_lender.token_address = h.creator_token_address;
+  ch.rx_lender.token.words = {h.creator_token[0], h.creator_token[1]};
   // The receiver reads the area and clears the ring's lines as it consumes them (a 2 KiB
   // message through an untouched area: 7.3 µs against 1.5; docs/io_performance.md).
   touch_pages_for_writing(seg.data() + shm::ring_offset, h.ring_bytes);
@@ -141,7 +150,7 @@ result<peer_hello> recv_hello(int socket, int timeout_ms) noexcept {
 
 std::string shm_config::to_string() const {
   return "ring_bytes=" + std::to_string(ring_bytes) + " area_bytes=" + std::to_string(area_bytes) +
-         " inline_max=" + std::to_string(inline_max) +
+         " inline_max=" + std::to_string(inline_max) + " lend_min=" + std::to_string(lend_min) +
          " max_spin_ns=" + std::to_string(max_spin.count()) +
          " max_peer_segment_bytes=" + std::to_string(max_peer_segment_bytes) +
          " handshake_timeout_ms=" + std::to_string(handshake_timeout.count()) +

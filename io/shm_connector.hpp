@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "io/cross_memory.hpp"
 #include "io/shm_segment.hpp"
 #include "wire/frame_codec.hpp"
 #include "wire/result.hpp"
@@ -39,6 +40,14 @@ struct shm_config {
   std::size_t area_bytes = std::size_t{4} << 20;
   /// Payloads up to this size travel inside the ring record; larger ones go to the payload area.
   std::size_t inline_max = 2048;
+  /// A payload part of at least this many bytes, sent from a pooled block (send, send_parts), is
+  /// lent instead of copied into the payload area: the record names it in our memory, the peer
+  /// reads it straight into where it lands (process_vm_readv: one copy where the area costs two),
+  /// and the block is held until the peer has consumed the record. 0 lends nothing. The peer
+  /// says whether it can read our memory at all (its first read checks our token); where it
+  /// cannot, everything goes through the area as before. The mesh sets this where a single copy
+  /// pays (io/single_copy_probe.hpp; VESSEL_SHM_LEND_BYTES).
+  std::size_t lend_min = 0;
   /// Longest the receiver spins on an empty ring before it sleeps on its eventfd. An eventfd
   /// wake-up costs 5-8 µs on these VMs (DEPENDENCIES.md §7: 10-15 µs per round trip), so waiting
   /// a little longer than that for the next frame is cheaper than sleeping; Aeron's
@@ -65,6 +74,9 @@ struct shm_channel {
   std::size_t tx_area_bytes = 0;  ///< our payload-area capacity
   std::size_t rx_ring_bytes = 0;  ///< the peer's frame-ring capacity, validated at hand-over
   std::size_t rx_area_bytes = 0;  ///< the peer's payload-area capacity, validated at hand-over
+  /// The process that created the peer's segment, as its header names it: where the payloads
+  /// it lends are read from. Unchecked here: the first read checks the token (shm_transport).
+  process_token_offer rx_lender;
 };
 
 /// Which side of the hand-over this is: the connector speaks first.

@@ -9,6 +9,10 @@
 //   offset 4096  frame ring       records (see shm_transport.cpp), capacity a power of two
 //   after it     payload area     large payloads, written once by the sender, read in place
 //
+// A payload the sender lends instead (shm_transport.cpp, "lent records") is not in the segment at
+// all: the record names its address in the sender's memory, and the receiver reads it from there
+// in one copy (io/cross_memory.hpp) by the pid and token the segment header names.
+//
 // Why a byte ring of our own rather than boost::lockfree::spsc_queue: records have variable size
 // (a 24-byte ack and a 4 KiB inline payload share one ring without wasting slots), and the reader
 // needs the record's bytes in place (no pop-by-copy) so that a payload view can point into the
@@ -30,7 +34,8 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
               "shared-memory rings need address-free (lock-free) atomics");
 
 inline constexpr std::uint64_t segment_magic = 0x5653'484d'5631'0000ull;  // "VSHMV1\0\0"
-inline constexpr std::uint32_t layout_version = 2;  // 2: line-aligned records, polled by word0
+// 2: line-aligned records, polled by word0. 3: the creator's process token, lent records.
+inline constexpr std::uint32_t layout_version = 3;
 inline constexpr std::size_t cache_line = 64;
 inline constexpr std::size_t ring_offset = 4096;
 
@@ -38,9 +43,11 @@ inline constexpr std::size_t ring_offset = 4096;
 struct segment_header {
   std::uint64_t magic = 0;
   std::uint32_t version = 0;
-  std::uint32_t reserved = 0;
-  std::uint64_t ring_bytes = 0;  ///< frame ring capacity (power of two)
-  std::uint64_t area_bytes = 0;  ///< payload area capacity (power of two)
+  std::uint32_t creator_pid = 0;  ///< who lends payloads on this direction (cross_memory.hpp)
+  std::uint64_t ring_bytes = 0;   ///< frame ring capacity (power of two)
+  std::uint64_t area_bytes = 0;   ///< payload area capacity (power of two)
+  std::uint64_t creator_token_address = 0;  ///< where the creator's process_token lies
+  std::uint64_t creator_token[2] = {};      ///< its value
 };
 
 /// The words both sides share for one direction. Each cache line is written by one side only,
@@ -58,6 +65,9 @@ struct ring_control {
   alignas(cache_line) std::atomic<std::uint32_t> producer_waiting{0};
   /// Producer: 1 once it closed in order (so EOF on the socket means "closed", not "died").
   alignas(cache_line) std::atomic<std::uint32_t> producer_closed{0};
+  /// Consumer: 1 once it has read the producer's token from the producer's memory (so it may be
+  /// lent payloads: shm_transport.cpp, "lent records"), 0 when it may not or will not.
+  alignas(cache_line) std::atomic<std::uint32_t> consumer_pulls{0};
 };
 
 static_assert(sizeof(segment_header) <= cache_line);

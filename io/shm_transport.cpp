@@ -24,6 +24,8 @@ namespace {
 //   header      hlen bytes (a whole number of words, so it stays 8-byte aligned for decoding)
 //   inline:     the payload bytes (header.payload_len), padded to the line
 //   area:       u64 payload-area position of the payload
+//   lent:       u64 address of the payload's lent part in the sender's memory, u64 its length,
+//               then the payload's other bytes (its first ones), padded to the line
 //   pad:        (word0 only) the rest of the ring up to its end is unused: continue at offset 0
 // The header is exactly the stream format's `u32 header_len | header`, so one decoder
 // (wire::decode_header) serves TCP and shared memory alike.
@@ -38,8 +40,13 @@ constexpr std::uint32_t len_mask = (1u << kind_shift) - 1;
 constexpr std::uint32_t kind_inline = 0;
 constexpr std::uint32_t kind_area = 1;
 constexpr std::uint32_t kind_pad = 2;
+constexpr std::uint32_t kind_lent = 3;
 constexpr std::uint64_t record_prefix = 8;
 constexpr std::uint64_t record_align = shm::cache_line;
+
+// A lent payload's first bytes travel in its record all the same: a link's handler decides where
+// a message lands from its first bytes (actors::message_start_bytes), before any is read.
+constexpr std::size_t lent_lead_bytes = 64;
 
 // Frames delivered per receive turn before the reactor gets to run its other work.
 constexpr std::size_t drain_batch = 256;
@@ -117,6 +124,7 @@ void shm_transport::start() {
   if (state_ != state::idle) return;
   state_ = state::open;
   reactor_.add_poller(*this);
+  offer_to_pull();
   arm_wake();
   reactor_.poll_add(peer_op_, channel_.socket.get(), POLLIN | POLLRDHUP);
   arm_watchdog();
@@ -143,7 +151,20 @@ void shm_transport::arm_watchdog() {
 // work still pending. A true lost wake-up then costs at most two periods.
 void shm_transport::on_watchdog() {
   watchdog_armed_ = false;
+  if (state_ == state::closing) {
+    // Closed with payloads lent: the peer may still read them until it has consumed their
+    // records or gone (begin_close).
+    release_loans(false);
+    if (loans_.empty()) {
+      reactor_.cancel(peer_op_);
+      maybe_finish();
+    } else {
+      arm_watchdog();
+    }
+    return;
+  }
   if (state_ != state::open) return;
+  release_loans(false);  // an idle sender's blocks come back within a period
   const bool pending = sleeping_ && !in_receive_ && !continuation_pending_ &&
                        (record_ready() || (want_writable_ && has_room()));
   if (!pending) {
@@ -165,12 +186,22 @@ void shm_transport::on_watchdog() {
 // -- Sending -----------------------------------------------------------------------------------
 
 result<void> shm_transport::send(const wire::frame_header& header, buffer_slice payload) {
+  if (lends(0, payload.size())) return write_frame(header, {}, payload.bytes(), &payload);
   return write_frame(header, payload.bytes(), {});
 }
 
 result<void> shm_transport::send_parts(const wire::frame_header& header, buffer_slice first,
                                        buffer_slice second) {
+  if (lends(first.size(), second.size())) {
+    return write_frame(header, first.bytes(), second.bytes(), &second);
+  }
   return write_frame(header, first.bytes(), second.bytes());
+}
+
+bool shm_transport::lends(std::size_t inline_n, std::size_t n) const noexcept {
+  return config_.lend_min != 0 && n >= config_.lend_min && n > lent_lead_bytes &&
+         inline_n + lent_lead_bytes <= config_.inline_max &&
+         tx_ctl_->consumer_pulls.load(std::memory_order_relaxed) != 0;
 }
 
 result<void> shm_transport::send_copy(const wire::frame_header& header,
@@ -180,15 +211,25 @@ result<void> shm_transport::send_copy(const wire::frame_header& header,
 
 result<void> shm_transport::write_frame(const wire::frame_header& header,
                                         std::span<const std::byte> first,
-                                        std::span<const std::byte> second) {
+                                        std::span<const std::byte> second, buffer_slice* lent) {
   if (state_ != state::open) return errc::transport_closed;
+  if (!loans_.empty()) release_loans(false);
   const std::size_t payload_len = first.size() + second.size();
   if (header.payload_len != payload_len) return make_error_code(std::errc::invalid_argument);
   VESSEL_TRY(wire_header, encoder_.encode_header(header));  // u32 header_len | header
   const std::uint64_t hlen = wire_header.size() - wire::prefix_bytes;
-  const bool in_area = payload_len > config_.inline_max;
+  // A lent part stays where it is, but for its first bytes, which go in the record.
+  std::span<const std::byte> remote;
+  if (lent != nullptr) {
+    const std::size_t lead = std::min(lent_lead_bytes, second.size());
+    remote = second.subspan(lead);
+    second = second.first(lead);
+  }
+  const bool in_area = lent == nullptr && payload_len > config_.inline_max;
+  const std::uint64_t body_len =
+      in_area ? 8 : (lent != nullptr ? 16 : 0) + first.size() + second.size();
   const std::uint64_t rec_len =
-      align_up(record_prefix + align_up(hlen, 8) + (in_area ? 8 : payload_len), record_align);
+      align_up(record_prefix + align_up(hlen, 8) + body_len, record_align);
   const std::uint64_t area_len = in_area ? align_up(payload_len, shm::cache_line) : 0;
   // Half of each ring at most: a reservation that wraps skips the bytes up to the end, so a
   // record longer than half the ring may never fit, even with the ring empty, and the sender
@@ -251,7 +292,7 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
     }
     if (n != 0) std::memcpy(rec + at, from, n);
   };
-  const std::uint32_t kind = in_area ? kind_area : kind_inline;
+  const std::uint32_t kind = in_area ? kind_area : (lent != nullptr ? kind_lent : kind_inline);
   store<std::uint32_t>(first_line + 4, static_cast<std::uint32_t>(hlen));
   put(record_prefix, wire_header.data() + wire::prefix_bytes, hlen);
   const std::uint64_t body = record_prefix + align_up(hlen, 8);
@@ -260,8 +301,16 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
     store<std::uint64_t>(where, area_pos);
     put(body, where, sizeof where);
   } else {
-    if (!first.empty()) put(body, first.data(), first.size());
-    if (!second.empty()) put(body + first.size(), second.data(), second.size());
+    std::uint64_t at = body;
+    if (lent != nullptr) {
+      std::byte where[16];
+      store<std::uint64_t>(where, reinterpret_cast<std::uintptr_t>(remote.data()));
+      store<std::uint64_t>(where + 8, remote.size());
+      put(at, where, sizeof where);
+      at += sizeof where;
+    }
+    if (!first.empty()) put(at, first.data(), first.size());
+    if (!second.empty()) put(at + first.size(), second.data(), second.size());
   }
   std::memcpy(rec + 4, first_line + 4, record_align - 4);
   if (in_area) tx_area_.publish();
@@ -273,6 +322,11 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
   first_word(rec).store(static_cast<std::uint32_t>(rec_len) | (kind << kind_shift),
                         std::memory_order_release);
   tx_ring_.publish();  // our own accounting (in_use, rollback); the peer polls word0
+  if (lent != nullptr) {
+    lent_bytes_ += lent->size();
+    loans_.push_back({rec_pos + rec_len, std::move(*lent)});
+    ++shm_stats_.payloads_lent;
+  }
 
   // The high-water mark is sampled: queued_bytes() loads the consumer's tail line, which the
   // consumer writes on every frame, and that miss cost an 8-byte ping-pong ~0.05 of its 0.65 us.
@@ -284,7 +338,7 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
 }
 
 std::size_t shm_transport::queued_bytes() const noexcept {
-  return static_cast<std::size_t>(tx_ring_.in_use() + tx_area_.in_use());
+  return static_cast<std::size_t>(tx_ring_.in_use() + tx_area_.in_use() + lent_bytes_);
 }
 
 void shm_transport::note_queue_high_water() noexcept {
@@ -392,6 +446,7 @@ void shm_transport::receive_loop() {
   ++receive_runs_;
   std::size_t delivered = 0;
   while (state_ == state::open) {
+    release_loans(false);
     delivered += drain(drain_batch - delivered);
     if (state_ != state::open) break;
     check_writable();
@@ -422,6 +477,7 @@ void shm_transport::receive_loop() {
 
 void shm_transport::poll() noexcept {
   if (state_ != state::open || in_receive_ || continuation_pending_) return;
+  release_loans(false);
   if (!reactor_.lent()) {
     receive_loop();  // the reactor thread is back: drain, then spin or sleep as usual
     return;
@@ -451,7 +507,7 @@ shm_transport::spin_result shm_transport::spin_for_frames() {
   std::chrono::steady_clock::time_point deadline{};
   for (;;) {
     for (int i = 0; i < 32; ++i) {
-      if (record_ready() || (want_writable_ && has_room())) {
+      if (record_ready() || (want_writable_ && has_room()) || loan_returned()) {
         ++shm_stats_.spin_hits;
         spin_budget_ = config_.max_spin;
         failed_spins_ = 0;
@@ -481,8 +537,17 @@ shm_transport::spin_result shm_transport::spin_for_frames() {
   return spin_result::nothing;
 }
 
-// Dekker, receiver half (see wake_peer_consumer).
+// Dekker, receiver half (see wake_peer_consumer). A sender holding loans asks to be woken when the
+// peer consumes (its "waiting" flag, as for room: wake_peer_producer), so that a block lent goes
+// back within a wake-up rather than at the watchdog's next tick: a caller may be waiting for it
+// (vessel::comm's lent send waits until the link lets go of the caller's buffer).
 bool shm_transport::try_sleep() {
+  release_loans(false);
+  if (!loans_.empty()) {
+    tx_ctl_->producer_waiting.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (loan_returned()) return false;
+  }
   rx_ctl_->consumer_sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (record_ready()) {
@@ -538,9 +603,8 @@ std::size_t shm_transport::drain(std::size_t budget) {
       continue;
     }
     const auto hlen = static_cast<std::uint64_t>(load<std::uint32_t>(rec + 4));
-    if ((kind != kind_inline && kind != kind_area) || len == 0 || len % record_align != 0 ||
-        len > room ||
-        hlen < wire::min_header_bytes || record_prefix + align_up(hlen, 8) > len) {
+    if (len == 0 || len % record_align != 0 || len > room || hlen < wire::min_header_bytes ||
+        record_prefix + align_up(hlen, 8) > len) {
       return bad("record length");
     }
     auto header = wire::decode_header({rec + record_prefix, hlen}, config_.limits);
@@ -552,8 +616,20 @@ std::size_t shm_transport::drain(std::size_t budget) {
     const std::byte* body = rec + record_prefix + align_up(hlen, 8);
     const std::byte* payload = body;
     std::uint64_t area_end = 0;
+    std::uint64_t lent_address = 0;
+    std::uint64_t lead = plen;  // the payload's bytes in the record or the area
     if (kind == kind_inline) {
       if (record_prefix + align_up(hlen, 8) + plen > len) return bad("inline payload length");
+    } else if (kind == kind_lent) {
+      lent_address = load<std::uint64_t>(body);
+      const auto lent_len = load<std::uint64_t>(body + 8);
+      if (lent_len == 0 || lent_len > plen ||
+          align_up(record_prefix + align_up(hlen, 8) + 16 + (plen - lent_len), record_align) !=
+              len) {
+        return bad("lent payload length");
+      }
+      payload = body + 16;  // the payload's first bytes; the rest is read from the peer
+      lead = plen - lent_len;
     } else {
       const auto area_pos = load<std::uint64_t>(body);
       // The area head was stored before the word0 we acquired, so relaxed suffices.
@@ -569,7 +645,12 @@ std::size_t shm_transport::drain(std::size_t budget) {
     }
     ++stats_.frames_received;
     stats_.bytes_received += wire::prefix_bytes + hlen + plen;
-    handler_.on_frame(header.value(), {payload, static_cast<std::size_t>(plen)}, buffer_slice{});
+    const std::span<const std::byte> here{payload, static_cast<std::size_t>(lead)};
+    if (kind != kind_lent) {
+      handler_.on_frame(header.value(), here, buffer_slice{});
+    } else if (!deliver_lent(header.value(), here, lent_address)) {
+      return delivered;
+    }
     // The payload view ends here: hand the bytes back to the peer, every line start zeroed
     // first, since the sender's later records may begin at any of them.
     for (std::uint64_t line = 0; line < len; line += record_align)
@@ -591,12 +672,115 @@ std::size_t shm_transport::drain(std::size_t budget) {
   return delivered;
 }
 
+// -- Lent records --------------------------------------------------------------------------------
+// Through the payload area a large payload is copied twice, by the sender into the area and by
+// the receiver out of it, and on a 2-vCPU Intel guest both copies move lines from one core's
+// cache to the other's: a 1 MiB stream ran at 11-12 GB/s where Open MPI's vader, which reads the
+// sender's buffer once with process_vm_readv, ran at 18-19 (docs/io_performance.md, "Lent
+// payloads"). A lent record does what vader does: the receiver reads the sender's pooled block
+// straight into where the payload lands (the handler's memory: a reassembly block, a user's
+// buffer).
+//
+// - Who lends: a sender whose lend_min allows it, to a receiver that set consumer_pulls. The
+//   receiver sets it at start() after it read the sender's token out of the sender's memory, so
+//   a receiver that may not read the sender (another user, Yama, a seccomp filter, another pid
+//   namespace) is never lent anything.
+// - How long: the sender holds the block until the receiver's tail passes the record: the
+//   receiver reads before it consumes, and its release store of the tail orders the read first.
+//   Closing does not end a loan: a peer that saw our EOF still delivers what we published, lent
+//   records included, so a transport closed with loans out shuts down only its write side, and
+//   finishes once the peer has consumed them or its end of the socket is gone (begin_close).
+// - A read that fails (the peer's pid gone, the permission withdrawn): the receiver clears
+//   consumer_pulls and ends the transport; the payload was not delivered, so whatever resends
+//   unacked frames (a mesh link) sends it again over the next connection, which lends nothing
+//   where the receiver still cannot read.
+
+void shm_transport::offer_to_pull() {
+  if (config_.lend_min == 0) return;
+  const process_token_offer& lender = channel_.rx_lender;
+  process_token seen;
+  const std::error_code e = pull_from_process(lender, lender.token_address,
+                                              std::as_writable_bytes(std::span{seen.words}));
+  if (e) {
+    log::get("io").debug(
+        "shm transport: the peer (pid {}) lends us nothing: reading its memory "
+        "failed: {}",
+        lender.pid, e.message());
+    return;
+  }
+  rx_ctl_->consumer_pulls.store(1, std::memory_order_relaxed);
+}
+
+bool shm_transport::deliver_lent(const wire::frame_header& header,
+                                 std::span<const std::byte> inline_part, std::uint64_t address) {
+  const std::size_t plen = header.payload_len;
+  const std::size_t lead = inline_part.size();
+  wire::fragment_place place = handler_.payload_destination(header, inline_part);
+  if (place.size() != plen) {
+    if (pull_scratch_.size() < plen) pull_scratch_.resize(plen);
+    place = {{}, std::span{pull_scratch_}.first(plen)};
+  }
+  // Payload bytes [at, at + into.size()) into `into`: the record's, then the lender's.
+  std::error_code error;
+  const auto fill = [&](std::span<std::byte> into, std::size_t at) {
+    if (at < lead && !into.empty()) {
+      const std::size_t n = std::min(into.size(), lead - at);
+      std::memcpy(into.data(), inline_part.data() + at, n);
+      into = into.subspan(n);
+      at += n;
+    }
+    if (!into.empty() && !error) {
+      error = pull_from_process(channel_.rx_lender, address + (at - lead), into);
+    }
+  };
+  fill(place.head, 0);
+  fill(place.body, place.head.size());
+  if (error) {
+    log::get("io").warn(
+        "shm transport: reading a lent payload of {} bytes from pid {} failed: "
+        "{}; the peer lends no more",
+        plen - lead, channel_.rx_lender.pid, error.message());
+    rx_ctl_->consumer_pulls.store(0, std::memory_order_relaxed);
+    fail(error == make_error_code(errc::not_that_process) ? make_error_code(errc::bad_frame)
+                                                          : error);
+    return false;
+  }
+  ++shm_stats_.payloads_pulled;
+  handler_.on_frame(header, place.body, buffer_slice{});
+  return true;
+}
+
+bool shm_transport::loan_returned() const noexcept {
+  return !loans_.empty() &&
+         loans_.front().record_end <= tx_ctl_->tail.load(std::memory_order_relaxed);
+}
+
+void shm_transport::release_loans(bool peer_done) noexcept {
+  if (loans_.empty()) return;
+  if (peer_done) {
+    loans_.clear();
+    lent_bytes_ = 0;
+    return;
+  }
+  // acquire: the peer's reads of a lent block happen-before we let the block go.
+  const std::uint64_t tail = tx_ctl_->tail.load(std::memory_order_acquire);
+  while (!loans_.empty() && loans_.front().record_end <= tail) {
+    lent_bytes_ -= loans_.front().block.size();
+    loans_.pop_front();
+  }
+}
+
 // -- Peer death and closing --------------------------------------------------------------------
 
 void shm_transport::peer_watch_op::complete(int res, std::uint32_t) { owner.on_peer_event(res); }
 
 void shm_transport::on_peer_event(int res) {
+  // From here on nothing tells us what the peer does: its socket end is gone (or the reactor
+  // stops, or it broke the protocol), so it reads no more of what we lent.
+  release_loans(true);
   if (state_ != state::open) {
+    if (watchdog_armed_) reactor_.cancel_timer(watchdog_);
+    watchdog_armed_ = false;
     maybe_finish();
     return;
   }
@@ -653,15 +837,25 @@ void shm_transport::begin_close(std::error_code why) {
   tx_ctl_->producer_closed.store(1, std::memory_order_release);
   if (watchdog_armed_) reactor_.cancel_timer(watchdog_);
   watchdog_armed_ = false;
-  ::shutdown(channel_.socket.get(), SHUT_RDWR);
   reactor_.cancel(wake_op_);
-  reactor_.cancel(peer_op_);
+  release_loans(false);
+  if (loans_.empty() || !peer_op_.in_flight()) {
+    release_loans(true);
+    ::shutdown(channel_.socket.get(), SHUT_RDWR);
+    reactor_.cancel(peer_op_);
+  } else {
+    // The peer may still read what we lent (it delivers what we published once it sees our
+    // EOF): only our write side closes, and the peer's own shutdown, or its tail passing the
+    // last loan (the watchdog looks), ends the wait.
+    ::shutdown(channel_.socket.get(), SHUT_WR);
+    arm_watchdog();
+  }
   maybe_finish();
 }
 
 void shm_transport::maybe_finish() {
   if (state_ != state::closing || wake_op_.in_flight() || peer_op_.in_flight() ||
-      continuation_pending_) {
+      continuation_pending_ || !loans_.empty() || watchdog_armed_) {
     return;
   }
   state_ = state::closed;

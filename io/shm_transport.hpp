@@ -15,6 +15,12 @@
 //   its "sleeping" flag and relies on an eventfd READ that is always armed on its reactor. The
 //   sender writes that eventfd only when the flag is set (the no-lost-wake-up argument is in
 //   shm_transport.cpp), so a busy link makes no syscall per frame.
+// - Lent payloads: a large part of a pooled payload (shm_config::lend_min and up) is not copied at
+//   all on the sending side. Its record names it in the sender's memory, the receiver reads it
+//   straight into the memory its handler gives (transport_handler::payload_destination) with one
+//   process_vm_readv, and the sender holds the block until the peer has consumed the record (or
+//   has gone). One copy where the area costs two; the peer lends only after it proved it can
+//   read us (shm_transport.cpp, "Lent records").
 // - Peer death: the hand-over socket stays connected and a poll is armed on it. The kernel
 //   closes a dead process's socket, so EOF arrives within a reactor turn of the death; the
 //   receiver then delivers what the peer had published and ends with errc::connection_reset (or
@@ -29,7 +35,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <span>
+#include <vector>
 
 #include "io/io_op.hpp"
 #include "io/reactor.hpp"
@@ -50,6 +58,8 @@ struct shm_stats {
   /// a row with no receive run between them: each one is a wake-up the eventfd protocol failed to
   /// deliver (see shm_transport.cpp, on_watchdog). Should stay 0.
   std::uint64_t watchdog_recoveries = 0;
+  std::uint64_t payloads_lent = 0;    ///< payloads the peer read from our memory (sent)
+  std::uint64_t payloads_pulled = 0;  ///< payloads we read from the peer's memory (received)
 };
 
 /// A transport over a shared-memory channel. Reactor thread only, except construction.
@@ -67,14 +77,16 @@ class shm_transport final : public transport, private loop_poller {
   /// Arms the wake-up READ and the peer watch, then delivers whatever is already queued.
   void start();
 
-  /// Copies the payload once into shared memory; `payload` is released before this returns.
+  /// Copies the payload once into shared memory (`payload` is released before this returns), or
+  /// lends it (held until the peer consumed it: see lend_min).
   result<void> send(const wire::frame_header& header, buffer_slice payload) override;
   result<void> send_copy(const wire::frame_header& header,
                          std::span<const std::byte> payload) override;
-  /// Copies both parts, one after the other, into shared memory.
+  /// Copies both parts, one after the other, into shared memory, or lends the second.
   result<void> send_parts(const wire::frame_header& header, buffer_slice first,
                           buffer_slice second) override;
-  /// Bytes sent and not yet consumed by the peer (ring records plus payload-area bytes).
+  /// Bytes sent and not yet consumed by the peer (ring records, payload-area bytes, and the
+  /// payloads lent).
   std::size_t queued_bytes() const noexcept override;
   void close() noexcept override;
   const transport_stats& stats() const noexcept override { return stats_; }
@@ -99,8 +111,20 @@ class shm_transport final : public transport, private loop_poller {
     shm_transport& owner;
   };
 
+  /// `lent`: `second`'s block, lent instead of copied (null: copy).
   result<void> write_frame(const wire::frame_header& header, std::span<const std::byte> first,
-                           std::span<const std::byte> second);
+                           std::span<const std::byte> second, buffer_slice* lent = nullptr);
+  /// Whether a part of `n` bytes after an inline part of `inline_n` bytes is lent.
+  bool lends(std::size_t inline_n, std::size_t n) const noexcept;
+  /// Sets rx's consumer_pulls once a read of the peer's token proves we can read its memory.
+  void offer_to_pull();
+  /// Reads a lent payload into the handler's memory and delivers it; false after a failure.
+  bool deliver_lent(const wire::frame_header& header, std::span<const std::byte> inline_part,
+                    std::uint64_t address);
+  /// Gives back the blocks whose records the peer has consumed (all of them: `peer_done`).
+  void release_loans(bool peer_done) noexcept;
+  /// True when the peer has consumed the oldest loan's record.
+  bool loan_returned() const noexcept;
   static void continue_receive(void* self) noexcept;
   // loop_poller: a borrowed loop (reactor_config::lendable) looks at the ring on every turn.
   void poll() noexcept override;
@@ -164,6 +188,16 @@ class shm_transport final : public transport, private loop_poller {
   std::uint64_t receive_runs_ = 0;  // receive_loop() entries: the watchdog's progress marker
   std::uint64_t suspect_runs_ = 0;  // receive_runs_ when the watchdog first saw work pending
   bool suspect_ = false;
+
+  // Payloads lent and not yet consumed, in record order: a block goes back once the peer's tail
+  // passes its record's end.
+  struct loan {
+    std::uint64_t record_end = 0;
+    buffer_slice block;
+  };
+  std::deque<loan> loans_;
+  std::uint64_t lent_bytes_ = 0;
+  std::vector<std::byte> pull_scratch_;  // a lent payload whose handler gave no memory
 
   transport_stats stats_;
   shm_stats shm_stats_;

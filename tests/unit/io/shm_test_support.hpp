@@ -35,7 +35,14 @@ class handler final : public transport_handler {
  public:
   std::function<void(const wire::frame_header&, std::span<const std::byte>)> frame;
   std::function<void()> writable;
+  /// Where a lent payload is read to (transport_handler::payload_destination); unset: nowhere.
+  std::function<wire::fragment_place(const wire::frame_header&, std::span<const std::byte>)>
+      destination;
 
+  wire::fragment_place payload_destination(const wire::frame_header& h,
+                                           std::span<const std::byte> arrived) override {
+    return destination ? destination(h, arrived) : wire::fragment_place{};
+  }
   void on_frame(const wire::frame_header& h, std::span<const std::byte> payload,
                 const buffer_slice&) override {
     if (frame) frame(h, payload);

@@ -1,0 +1,267 @@
+// Lent payloads over the shared-memory transport (shm_transport.cpp, "Lent records"): the
+// receiver reads a large part of a pooled payload from the sender's memory instead of the
+// payload area. Both ends live in this process, so the read is of our own pid: the same system
+// call and token check as across processes (p2p_launch covers two processes and a receiver
+// forbidden to read).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "io/buffer_pool.hpp"
+#include "io/cross_memory.hpp"
+#include "io/errc.hpp"
+#include "tests/unit/io/shm_test_support.hpp"
+
+namespace vessel::io {
+namespace {
+
+using namespace std::chrono_literals;
+using shm_test::side;
+
+constexpr std::size_t block_bytes = 8192;
+
+shm_config lending_config() {
+  shm_config c;
+  c.ring_bytes = 8192;
+  c.area_bytes = 32768;
+  c.inline_max = 300;
+  c.lend_min = 1024;
+  return c;
+}
+
+/// A pool of `blocks` blocks filled with the test pattern.
+struct filled_pool {
+  explicit filled_pool(std::uint32_t blocks)
+      : pool{buffer_pool_config{{{block_bytes, blocks}}, true}} {
+    for (std::uint32_t i = 0; i < blocks; ++i) {
+      held.push_back(pool.try_acquire(block_bytes));
+      std::memcpy(held.back().data(), shm_test::pattern().data() + i * 97, block_bytes);
+    }
+  }
+  /// True once only `held` still refers to each block (the transport let go of every loan).
+  bool all_back() const {
+    for (const auto& b : held)
+      if (b.use_count() != 1) return false;
+    return true;
+  }
+  buffer_pool pool;
+  std::vector<buffer> held;
+};
+
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds within = 5s) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// Frames of every size from inline to most of a block, from one slice or two, cut anywhere:
+// those with a part of lend_min bytes are lent, the others copied, and each arrives whole, in
+// order, into the handler's memory (split in two at odd places, as a link's message head and
+// body) or, every third frame, where the transport reads it itself. Every block comes back.
+TEST(shm_lending, lent_payloads_arrive_whole_and_in_order_and_every_block_comes_back) {
+  const shm_config config = lending_config();
+  auto [ca, cb] = shm_test::channel_pair(config, config);
+  side a, b;
+  a.open(std::move(ca), config);
+  b.open(std::move(cb), config);
+  filled_pool blocks{8};
+
+  constexpr std::uint64_t frames = 3000;
+  std::vector<std::byte> landing(block_bytes);
+  std::uint64_t expected = 0;
+  bool order_ok = true;
+  std::promise<shm_test::digest> received;
+  shm_test::digest rx;
+  b.h.destination = [&](const wire::frame_header& h, std::span<const std::byte>) {
+    if (h.seq % 3 == 0) return wire::fragment_place{};
+    const std::size_t head = std::min<std::size_t>(h.seq % 211, h.payload_len);
+    return wire::fragment_place{std::span{landing}.first(head),
+                                std::span{landing}.subspan(head, h.payload_len - head)};
+  };
+  std::vector<std::byte> joined;
+  b.h.frame = [&](const wire::frame_header& h, std::span<const std::byte> payload) {
+    if (h.kind() == wire::frame_kind::heartbeat) {
+      received.set_value(rx);
+      return;
+    }
+    // Placed in two parts, `payload` is the body: the head is in `landing` before it.
+    std::span<const std::byte> whole = payload;
+    if (payload.size() != h.payload_len) {
+      if (payload.data() + payload.size() != landing.data() + h.payload_len) order_ok = false;
+      whole = std::span<const std::byte>{landing}.first(h.payload_len);
+    }
+    order_ok = order_ok && h.seq == expected++ && h.crc32c == wire::crc32c(whole);
+    rx.add(h.seq, whole);
+  };
+
+  shm_test::digest tx;
+  std::uint64_t next = 0;
+  std::function<void()> pump = [&] {
+    while (next <= frames) {
+      if (next == frames) {
+        if (!a.t->send_copy(shm_test::end_header(next), {})) return;
+        ++next;
+        continue;
+      }
+      const std::size_t len = (next * 7919) % (block_bytes - 200) + 1;
+      const buffer& block = blocks.held[next % blocks.held.size()];
+      const std::size_t cut = next % 4 == 0 ? 0 : (next * 31) % std::min<std::size_t>(len + 1, 200);
+      auto first = block.slice(0, cut);
+      auto second = block.slice(cut + next % 50, len - cut);
+      joined.assign(first.bytes().begin(), first.bytes().end());
+      joined.insert(joined.end(), second.bytes().begin(), second.bytes().end());
+      const auto header = shm_test::data_header(next, len, wire::crc32c(joined));
+      auto sent = cut == 0 ? a.t->send(header, std::move(second))
+                           : a.t->send_parts(header, std::move(first), std::move(second));
+      if (!sent) {
+        EXPECT_EQ(sent.error(), errc::send_queue_full);
+        return;  // on_writable() pumps again
+      }
+      tx.add(next, joined);
+      ++next;
+    }
+  };
+  a.h.writable = pump;
+  b.start();
+  a.start();
+  shm_test::run_on(*a.r, pump);
+
+  auto done = received.get_future();
+  ASSERT_EQ(done.wait_for(60s), std::future_status::ready);
+  const auto got = done.get();
+  const auto sent = shm_test::run_on(*a.r, [&] { return tx; });
+  EXPECT_TRUE(order_ok);
+  EXPECT_EQ(got.frames, frames);
+  EXPECT_EQ(got.value, sent.value);
+  const auto lent = shm_test::run_on(*a.r, [&] { return a.t->shm_counters().payloads_lent; });
+  const auto pulled = shm_test::run_on(*b.r, [&] { return b.t->shm_counters().payloads_pulled; });
+  EXPECT_GT(lent, frames / 2) << "most frames have a part of lend_min bytes or more";
+  EXPECT_EQ(pulled, lent);
+  EXPECT_TRUE(eventually([&] { return blocks.all_back(); }))
+      << "the sender still holds a block its peer has consumed";
+  EXPECT_EQ(shm_test::run_on(*a.r, [&] { return a.t->queued_bytes(); }), 0u);
+}
+
+// A receiver that cannot read the sender (here: the token it finds is not the one the sender's
+// segment names, as in another pid namespace) never says it can, so nothing is lent: every
+// payload goes through the area and arrives.
+TEST(shm_lending, a_receiver_that_cannot_read_the_sender_is_lent_nothing) {
+  const shm_config config = lending_config();
+  auto [ca, cb] = shm_test::channel_pair(config, config);
+  cb.rx_lender.token.words[1] ^= 1;
+  side a, b;
+  a.open(std::move(ca), config);
+  b.open(std::move(cb), config);
+  filled_pool blocks{1};
+  std::promise<std::uint32_t> crc;
+  b.h.frame = [&](const wire::frame_header&, std::span<const std::byte> payload) {
+    crc.set_value(wire::crc32c(payload));
+  };
+  b.start();
+  a.start();
+  const auto payload = blocks.held[0].slice(0, 5000);
+  const std::uint32_t want = wire::crc32c(payload.bytes());
+  ASSERT_TRUE(shm_test::run_on(
+      *a.r, [&] { return a.t->send(shm_test::data_header(0, 5000, want), payload); }));
+  auto got = crc.get_future();
+  ASSERT_EQ(got.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(got.get(), want);
+  EXPECT_EQ(shm_test::run_on(*a.r, [&] { return a.t->shm_counters().payloads_lent; }), 0u);
+}
+
+// A read that fails mid-stream (the lender's token no longer what its segment says: what a
+// recycled pid looks like) delivers nothing of that frame and ends the transport with
+// bad_frame; the sender, seeing the peer's end go, gives its loans back.
+TEST(shm_lending, a_lent_payload_that_cannot_be_read_ends_the_link_and_is_not_delivered) {
+  const shm_config config = lending_config();
+  auto [ca, cb] = shm_test::channel_pair(config, config);
+  side a, b;
+  a.open(std::move(ca), config);
+  b.open(std::move(cb), config);
+  filled_pool blocks{1};
+  std::atomic<int> delivered{0};
+  b.h.frame = [&](const wire::frame_header&, std::span<const std::byte>) { ++delivered; };
+  b.start();
+  a.start();
+  ASSERT_TRUE(eventually([&] {
+    return shm_test::run_on(*a.r,
+                            [&] {
+                              return a.t->send(shm_test::data_header(0, 4000),
+                                               blocks.held[0].slice(0, 4000));
+                            })
+               .has_value() &&
+           shm_test::run_on(*a.r, [&] { return a.t->shm_counters().payloads_lent; }) == 1;
+  })) << "the first large payload is lent once the receiver has said it can read us";
+  ASSERT_TRUE(eventually([&] { return delivered.load() == 1; }));
+
+  // Our own token, which the receiver checks on every read: changed, every read fails.
+  auto* token = reinterpret_cast<std::uint64_t*>(this_process_token().token_address);
+  token[0] ^= 1;
+  ASSERT_TRUE(shm_test::run_on(*a.r, [&] {
+    return a.t->send(shm_test::data_header(1, 4000), blocks.held[0].slice(0, 4000));
+  }));
+  const auto why = b.h.wait_closed(10s);
+  token[0] ^= 1;
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why, errc::bad_frame);
+  EXPECT_EQ(delivered.load(), 1);
+  ASSERT_TRUE(a.h.wait_closed(10s).has_value());
+  EXPECT_TRUE(eventually([&] { return blocks.all_back(); }));
+}
+
+// Closing with payloads lent and not yet read: the peer, which delivers what was published
+// before our end, still reads them whole, and we hold the blocks (and report closed) until it
+// has.
+TEST(shm_lending, a_sender_closed_with_loans_out_holds_them_until_the_peer_has_read_them) {
+  const shm_config config = lending_config();
+  auto [ca, cb] = shm_test::channel_pair(config, config);
+  side a, b;
+  a.open(std::move(ca), config);
+  b.open(std::move(cb), config);
+  filled_pool blocks{4};
+  std::vector<std::uint32_t> crcs;
+  b.h.frame = [&](const wire::frame_header& h, std::span<const std::byte> payload) {
+    EXPECT_EQ(h.crc32c, wire::crc32c(payload));
+    crcs.push_back(wire::crc32c(payload));
+  };
+  b.start();  // says it can read a
+  a.start();
+  // b's reactor is kept busy: it reads nothing until released.
+  std::promise<void> release_b;
+  std::future<void> b_released = release_b.get_future();
+  shm_test::run_on(*b.r, [] {});
+  b.r->post(std::function<void()>{[&] { b_released.wait(); }});
+
+  std::vector<std::uint32_t> sent;
+  shm_test::run_on(*a.r, [&] {
+    for (std::uint64_t i = 0; i < 4; ++i) {
+      auto payload = blocks.held[i].slice(0, 6000);
+      sent.push_back(wire::crc32c(payload.bytes()));
+      EXPECT_TRUE(a.t->send(shm_test::data_header(i, 6000, sent.back()), std::move(payload)));
+    }
+    EXPECT_EQ(a.t->shm_counters().payloads_lent, 4u);
+    a.t->close();
+  });
+  EXPECT_FALSE(a.h.wait_closed(50ms).has_value()) << "closed while its peer may still read";
+  EXPECT_FALSE(blocks.all_back());
+
+  release_b.set_value();
+  const auto b_why = b.h.wait_closed(10s);
+  ASSERT_TRUE(b_why.has_value());
+  EXPECT_EQ(*b_why, errc::connection_closed);
+  EXPECT_EQ(shm_test::run_on(*b.r, [&] { return crcs; }), sent);
+  const auto a_why = a.h.wait_closed(10s);
+  ASSERT_TRUE(a_why.has_value());
+  EXPECT_EQ(*a_why, errc::transport_closed);
+  EXPECT_TRUE(eventually([&] { return blocks.all_back(); }));
+}
+
+}  // namespace
+}  // namespace vessel::io
