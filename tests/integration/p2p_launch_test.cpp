@@ -70,12 +70,17 @@ TEST_F(p2p_launch, eight_ranks_all_pairs_over_tcp) {
   expect_all_ok(run(8, "tcp", {"allpairs", "12", std::to_string(1 << 20), "13"}));
 }
 
-TEST_F(p2p_launch, four_ranks_all_pairs_over_shm) {
-  expect_all_ok(run(4, "shm", {"allpairs", "30", std::to_string(2 << 20), "14"}));
+// Lent: every fragment part of 4 KiB and up is read from the sender's pooled block, whatever the
+// single-copy probe says of this machine (io::shm_config::lend_min).
+TEST_F(p2p_launch, four_ranks_all_pairs_over_shm_read_from_the_senders_blocks) {
+  expect_all_ok(run(4, "shm", {"allpairs", "30", std::to_string(2 << 20), "14"}, 120s,
+                    {{"VESSEL_SHM_LEND_BYTES", "4096"}}));
 }
 
-TEST_F(p2p_launch, eight_ranks_all_pairs_over_shm) {
-  expect_all_ok(run(8, "shm", {"allpairs", "12", std::to_string(1 << 20), "15"}));
+// Nothing lent: every payload through the ring's payload area.
+TEST_F(p2p_launch, eight_ranks_all_pairs_over_shm_through_the_payload_area) {
+  expect_all_ok(run(8, "shm", {"allpairs", "12", std::to_string(1 << 20), "15"}, 120s,
+                    {{"VESSEL_SHM_LEND_BYTES", "0"}}));
 }
 
 TEST_F(p2p_launch, barrier_and_allreduce_over_5_ranks) {
