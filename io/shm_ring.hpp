@@ -68,6 +68,9 @@ struct ring_control {
   /// Consumer: 1 once it has read the producer's token from the producer's memory (so it may be
   /// lent payloads: shm_transport.cpp, "lent records"), 0 when it may not or will not.
   alignas(cache_line) std::atomic<std::uint32_t> consumer_pulls{0};
+  /// Producer: 1 while it writes the back of a lent payload into the consumer's memory when
+  /// offered (shm_transport.cpp, "Lent records"); 0 once such a write failed.
+  alignas(cache_line) std::atomic<std::uint32_t> producer_pushes{0};
 };
 
 static_assert(sizeof(segment_header) <= cache_line);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,7 +26,10 @@ namespace {
 //   inline:     the payload bytes (header.payload_len), padded to the line
 //   area:       u64 payload-area position of the payload
 //   lent:       u64 address of the payload's lent part in the sender's memory, u64 its length,
-//               then the payload's other bytes (its first ones), padded to the line
+//               u64 hand-over state, u64 where the sender may write the part's back in the
+//               receiver's memory, u64 from which offset of the part (the last three written by
+//               the receiver: "Lent records"), then the payload's other bytes (its first ones),
+//               padded to the line
 //   pad:        (word0 only) the rest of the ring up to its end is unused: continue at offset 0
 // The header is exactly the stream format's `u32 header_len | header`, so one decoder
 // (wire::decode_header) serves TCP and shared memory alike.
@@ -47,6 +51,20 @@ constexpr std::uint64_t record_align = shm::cache_line;
 // A lent payload's first bytes travel in its record all the same: a link's handler decides where
 // a message lands from its first bytes (actors::message_start_bytes), before any is read.
 constexpr std::size_t lent_lead_bytes = 64;
+constexpr std::uint64_t lent_fields = 40;  // the lent record's words before its first bytes
+constexpr std::uint64_t lent_state_at = 16;
+constexpr std::uint64_t lent_push_at = 24;
+constexpr std::uint64_t lent_push_from_at = 32;
+
+// A lent part's hand-over state (the record's word at lent_state_at). The receiver offers the
+// back of the part (offered); whoever moves it from offered first copies the back: the sender
+// (claimed, then pushed or push_failed) or the receiver itself (taken).
+enum lent_state : std::uint64_t { not_offered = 0, offered, claimed, pushed, push_failed, taken };
+
+// Parts shorter than this are read whole by the receiver: splitting one costs the two sides a
+// few cache-line hand-overs and a system call more, worth it once each half copies for longer.
+constexpr std::uint64_t min_split_bytes = 64 << 10;
+constexpr std::uint64_t page_bytes = 4096;
 
 // Frames delivered per receive turn before the reactor gets to run its other work.
 constexpr std::size_t drain_batch = 256;
@@ -227,7 +245,7 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
   }
   const bool in_area = lent == nullptr && payload_len > config_.inline_max;
   const std::uint64_t body_len =
-      in_area ? 8 : (lent != nullptr ? 16 : 0) + first.size() + second.size();
+      in_area ? 8 : (lent != nullptr ? lent_fields : 0) + first.size() + second.size();
   const std::uint64_t rec_len =
       align_up(record_prefix + align_up(hlen, 8) + body_len, record_align);
   const std::uint64_t area_len = in_area ? align_up(payload_len, shm::cache_line) : 0;
@@ -303,7 +321,7 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
   } else {
     std::uint64_t at = body;
     if (lent != nullptr) {
-      std::byte where[16];
+      std::byte where[lent_fields]{};  // the hand-over words start at 0: not_offered
       store<std::uint64_t>(where, reinterpret_cast<std::uintptr_t>(remote.data()));
       store<std::uint64_t>(where + 8, remote.size());
       put(at, where, sizeof where);
@@ -324,7 +342,7 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
   tx_ring_.publish();  // our own accounting (in_use, rollback); the peer polls word0
   if (lent != nullptr) {
     lent_bytes_ += lent->size();
-    loans_.push_back({rec_pos + rec_len, std::move(*lent)});
+    loans_.push_back({rec_pos + rec_len, rec + body, remote, std::move(*lent)});
     ++shm_stats_.payloads_lent;
   }
 
@@ -446,7 +464,7 @@ void shm_transport::receive_loop() {
   ++receive_runs_;
   std::size_t delivered = 0;
   while (state_ == state::open) {
-    release_loans(false);
+    serve_push();
     delivered += drain(drain_batch - delivered);
     if (state_ != state::open) break;
     check_writable();
@@ -477,7 +495,7 @@ void shm_transport::receive_loop() {
 
 void shm_transport::poll() noexcept {
   if (state_ != state::open || in_receive_ || continuation_pending_) return;
-  release_loans(false);
+  serve_push();
   if (!reactor_.lent()) {
     receive_loop();  // the reactor thread is back: drain, then spin or sleep as usual
     return;
@@ -507,7 +525,7 @@ shm_transport::spin_result shm_transport::spin_for_frames() {
   std::chrono::steady_clock::time_point deadline{};
   for (;;) {
     for (int i = 0; i < 32; ++i) {
-      if (record_ready() || (want_writable_ && has_room()) || loan_returned()) {
+      if (record_ready() || (want_writable_ && has_room()) || loan_returned() || push_wanted()) {
         ++shm_stats_.spin_hits;
         spin_budget_ = config_.max_spin;
         failed_spins_ = 0;
@@ -624,11 +642,11 @@ std::size_t shm_transport::drain(std::size_t budget) {
       lent_address = load<std::uint64_t>(body);
       const auto lent_len = load<std::uint64_t>(body + 8);
       if (lent_len == 0 || lent_len > plen ||
-          align_up(record_prefix + align_up(hlen, 8) + 16 + (plen - lent_len), record_align) !=
-              len) {
+          align_up(record_prefix + align_up(hlen, 8) + lent_fields + (plen - lent_len),
+                   record_align) != len) {
         return bad("lent payload length");
       }
-      payload = body + 16;  // the payload's first bytes; the rest is read from the peer
+      payload = body + lent_fields;  // the payload's first bytes; the rest is in the peer's memory
       lead = plen - lent_len;
     } else {
       const auto area_pos = load<std::uint64_t>(body);
@@ -648,7 +666,8 @@ std::size_t shm_transport::drain(std::size_t budget) {
     const std::span<const std::byte> here{payload, static_cast<std::size_t>(lead)};
     if (kind != kind_lent) {
       handler_.on_frame(header.value(), here, buffer_slice{});
-    } else if (!deliver_lent(header.value(), here, lent_address)) {
+    } else if (!deliver_lent(header.value(), here, lent_address,
+                             rec + record_prefix + align_up(hlen, 8))) {
       return delivered;
     }
     // The payload view ends here: hand the bytes back to the peer, every line start zeroed
@@ -697,6 +716,8 @@ std::size_t shm_transport::drain(std::size_t budget) {
 
 void shm_transport::offer_to_pull() {
   if (config_.lend_min == 0) return;
+  // Ours to say for our direction: we will write the back of a part we lent if offered.
+  tx_ctl_->producer_pushes.store(1, std::memory_order_relaxed);
   const process_token_offer& lender = channel_.rx_lender;
   process_token seen;
   const std::error_code e = pull_from_process(lender, lender.token_address,
@@ -711,8 +732,17 @@ void shm_transport::offer_to_pull() {
   rx_ctl_->consumer_pulls.store(1, std::memory_order_relaxed);
 }
 
+namespace {
+
+std::atomic_ref<std::uint64_t> lent_state_of(std::byte* fields) noexcept {
+  return std::atomic_ref<std::uint64_t>{*reinterpret_cast<std::uint64_t*>(fields + lent_state_at)};
+}
+
+}  // namespace
+
 bool shm_transport::deliver_lent(const wire::frame_header& header,
-                                 std::span<const std::byte> inline_part, std::uint64_t address) {
+                                 std::span<const std::byte> inline_part, std::uint64_t address,
+                                 std::byte* fields) {
   const std::size_t plen = header.payload_len;
   const std::size_t lead = inline_part.size();
   wire::fragment_place place = handler_.payload_destination(header, inline_part);
@@ -720,21 +750,56 @@ bool shm_transport::deliver_lent(const wire::frame_header& header,
     if (pull_scratch_.size() < plen) pull_scratch_.resize(plen);
     place = {{}, std::span{pull_scratch_}.first(plen)};
   }
-  // Payload bytes [at, at + into.size()) into `into`: the record's, then the lender's.
+  // Payload bytes [from, to) into the place: the record's, then the lender's.
   std::error_code error;
-  const auto fill = [&](std::span<std::byte> into, std::size_t at) {
-    if (at < lead && !into.empty()) {
-      const std::size_t n = std::min(into.size(), lead - at);
-      std::memcpy(into.data(), inline_part.data() + at, n);
-      into = into.subspan(n);
-      at += n;
-    }
-    if (!into.empty() && !error) {
-      error = pull_from_process(channel_.rx_lender, address + (at - lead), into);
+  const auto fill = [&](std::size_t from, std::size_t to) {
+    std::size_t at = 0;
+    for (std::span<std::byte> part : {place.head, place.body}) {
+      const std::size_t lo = std::max(from, at), hi = std::min(to, at + part.size());
+      at += part.size();
+      if (lo >= hi || error) continue;
+      std::span<std::byte> into = part.subspan(lo - (at - part.size()), hi - lo);
+      std::size_t cursor = lo;
+      if (cursor < lead) {
+        const std::size_t n = std::min(into.size(), lead - cursor);
+        std::memcpy(into.data(), inline_part.data() + cursor, n);
+        into = into.subspan(n);
+        cursor += n;
+      }
+      if (!into.empty())
+        error = pull_from_process(channel_.rx_lender, address + (cursor - lead), into);
     }
   };
-  fill(place.head, 0);
-  fill(place.body, place.head.size());
+  // The back of the lent part, from a page boundary of where it lands near its middle, is
+  // offered to the sender, which writes it into our memory while we read the front: both cores
+  // copy at once (docs/io_performance.md, "Lent payloads"). It must land in one range (the body).
+  std::size_t split = plen;  // payload offset where the back begins
+  const std::size_t body_from = place.head.size();
+  const std::size_t middle = lead + (plen - lead) / 2;
+  if (plen - lead >= min_split_bytes && middle > body_from &&
+      rx_ctl_->producer_pushes.load(std::memory_order_relaxed) != 0) {
+    const auto at = reinterpret_cast<std::uintptr_t>(place.body.data()) + (middle - body_from);
+    const std::size_t below = at & (page_bytes - 1);
+    if (middle - below > std::max(lead, body_from)) {
+      split = middle - below;
+      store<std::uint64_t>(fields + lent_push_at, at - below);
+      store<std::uint64_t>(fields + lent_push_from_at, split - lead);
+      lent_state_of(fields).store(offered, std::memory_order_release);
+    }
+  }
+  fill(0, split);
+  bool read_back = split < plen;
+  if (split < plen) {
+    std::uint64_t state = offered;
+    if (!lent_state_of(fields).compare_exchange_strong(state, taken, std::memory_order_acq_rel)) {
+      state = await_push(fields);
+      if (state == pushed) {
+        read_back = false;
+        ++shm_stats_.payloads_pushed;
+      }
+    }
+  }
+  if (read_back) fill(split, plen);
   if (error) {
     log::get("io").warn(
         "shm transport: reading a lent payload of {} bytes from pid {} failed: "
@@ -748,6 +813,60 @@ bool shm_transport::deliver_lent(const wire::frame_header& header,
   ++shm_stats_.payloads_pulled;
   handler_.on_frame(header, place.body, buffer_slice{});
   return true;
+}
+
+std::uint64_t shm_transport::await_push(std::byte* fields) noexcept {
+  // The sender claimed the back and is copying it now, on its core: usually done within the
+  // time we took for the front. Spin, then yield (a descheduled sender needs our core), and
+  // give up on a peer whose socket end is gone (it died mid-copy).
+  auto word = lent_state_of(fields);
+  for (std::uint64_t spins = 0;; ++spins) {
+    const std::uint64_t state = word.load(std::memory_order_acquire);
+    if (state == pushed || state == push_failed) return state;
+    if (spins < 4096) {
+      cpu_relax();
+      continue;
+    }
+    if (spins % 1024 == 0) {
+      pollfd watch{channel_.socket.get(), POLLRDHUP, 0};
+      if (::poll(&watch, 1, 0) > 0 && (watch.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+        return push_failed;  // its read of the back then fails as the peer is gone
+      }
+    }
+    sched_yield();
+  }
+}
+
+bool shm_transport::push_wanted() const noexcept {
+  return !loans_.empty() && !loans_.front().served &&
+         lent_state_of(loans_.front().fields).load(std::memory_order_relaxed) == offered;
+}
+
+void shm_transport::serve_push() noexcept {
+  release_loans(false);
+  if (!push_wanted()) return;
+  loan& l = loans_.front();
+  l.served = true;
+  auto word = lent_state_of(l.fields);
+  std::uint64_t state = offered;
+  if (!word.compare_exchange_strong(state, claimed, std::memory_order_acq_rel)) return;
+  // The receiver wrote these before offering (release, our acquire above). It is checked like
+  // anything read from the peer: a bad offset would have us write from past our own block.
+  const auto at = load<std::uint64_t>(l.fields + lent_push_at);
+  const auto from = load<std::uint64_t>(l.fields + lent_push_from_at);
+  std::error_code e = make_error_code(errc::bad_frame);
+  if (from > 0 && from < l.part.size()) {
+    e = push_to_process(channel_.rx_lender, at, l.part.subspan(from));
+  }
+  if (e) {
+    // The receiver reads the back itself; offering us more would only cost it the round trip.
+    log::get("io").warn(
+        "shm transport: writing the back of a lent payload into pid {} failed: "
+        "{}; the peer reads every lent payload whole from now on",
+        channel_.rx_lender.pid, e.message());
+    tx_ctl_->producer_pushes.store(0, std::memory_order_relaxed);
+  }
+  word.store(e ? push_failed : pushed, std::memory_order_release);
 }
 
 bool shm_transport::loan_returned() const noexcept {

@@ -60,6 +60,8 @@ struct shm_stats {
   std::uint64_t watchdog_recoveries = 0;
   std::uint64_t payloads_lent = 0;    ///< payloads the peer read from our memory (sent)
   std::uint64_t payloads_pulled = 0;  ///< payloads we read from the peer's memory (received)
+  /// Of those, the ones whose back the peer wrote into our memory while we read the front.
+  std::uint64_t payloads_pushed = 0;
 };
 
 /// A transport over a shared-memory channel. Reactor thread only, except construction.
@@ -118,9 +120,16 @@ class shm_transport final : public transport, private loop_poller {
   bool lends(std::size_t inline_n, std::size_t n) const noexcept;
   /// Sets rx's consumer_pulls once a read of the peer's token proves we can read its memory.
   void offer_to_pull();
-  /// Reads a lent payload into the handler's memory and delivers it; false after a failure.
+  /// Reads a lent payload into the handler's memory (the back written by the peer where it
+  /// claims it) and delivers it; false after a failure. `fields`: the record's lent words.
   bool deliver_lent(const wire::frame_header& header, std::span<const std::byte> inline_part,
-                    std::uint64_t address);
+                    std::uint64_t address, std::byte* fields);
+  /// Waits until the peer that claimed a part's back has written it: pushed or push_failed.
+  std::uint64_t await_push(std::byte* fields) noexcept;
+  /// True when the peer offers us the back of our oldest loan to write.
+  bool push_wanted() const noexcept;
+  /// Writes it (or says we could not) if so.
+  void serve_push() noexcept;
   /// Gives back the blocks whose records the peer has consumed (all of them: `peer_done`).
   void release_loans(bool peer_done) noexcept;
   /// True when the peer has consumed the oldest loan's record.
@@ -193,7 +202,10 @@ class shm_transport final : public transport, private loop_poller {
   // passes its record's end.
   struct loan {
     std::uint64_t record_end = 0;
+    std::byte* fields = nullptr;      // the record's lent words, in our ring
+    std::span<const std::byte> part;  // the bytes lent (block's, after the record's lead)
     buffer_slice block;
+    bool served = false;  // its offer taken or lost: not looked at again
   };
   std::deque<loan> loans_;
   std::uint64_t lent_bytes_ = 0;

@@ -5,8 +5,11 @@
 // forbidden to read).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <thread>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "io/buffer_pool.hpp"
 #include "io/cross_memory.hpp"
 #include "io/errc.hpp"
+#include "tests/unit/io/reactor_test_support.hpp"
 #include "tests/unit/io/shm_test_support.hpp"
 
 namespace vessel::io {
@@ -68,10 +72,10 @@ bool eventually(const std::function<bool()>& done, std::chrono::milliseconds wit
 TEST(shm_lending, lent_payloads_arrive_whole_and_in_order_and_every_block_comes_back) {
   const shm_config config = lending_config();
   auto [ca, cb] = shm_test::channel_pair(config, config);
+  filled_pool blocks{8};  // before the sides: a transport may hold a loan until it is destroyed
   side a, b;
   a.open(std::move(ca), config);
   b.open(std::move(cb), config);
-  filled_pool blocks{8};
 
   constexpr std::uint64_t frames = 3000;
   std::vector<std::byte> landing(block_bytes);
@@ -156,10 +160,10 @@ TEST(shm_lending, a_receiver_that_cannot_read_the_sender_is_lent_nothing) {
   const shm_config config = lending_config();
   auto [ca, cb] = shm_test::channel_pair(config, config);
   cb.rx_lender.token.words[1] ^= 1;
+  filled_pool blocks{1};
   side a, b;
   a.open(std::move(ca), config);
   b.open(std::move(cb), config);
-  filled_pool blocks{1};
   std::promise<std::uint32_t> crc;
   b.h.frame = [&](const wire::frame_header&, std::span<const std::byte> payload) {
     crc.set_value(wire::crc32c(payload));
@@ -182,10 +186,10 @@ TEST(shm_lending, a_receiver_that_cannot_read_the_sender_is_lent_nothing) {
 TEST(shm_lending, a_lent_payload_that_cannot_be_read_ends_the_link_and_is_not_delivered) {
   const shm_config config = lending_config();
   auto [ca, cb] = shm_test::channel_pair(config, config);
+  filled_pool blocks{1};
   side a, b;
   a.open(std::move(ca), config);
   b.open(std::move(cb), config);
-  filled_pool blocks{1};
   std::atomic<int> delivered{0};
   b.h.frame = [&](const wire::frame_header&, std::span<const std::byte>) { ++delivered; };
   b.start();
@@ -222,10 +226,10 @@ TEST(shm_lending, a_lent_payload_that_cannot_be_read_ends_the_link_and_is_not_de
 TEST(shm_lending, a_sender_closed_with_loans_out_holds_them_until_the_peer_has_read_them) {
   const shm_config config = lending_config();
   auto [ca, cb] = shm_test::channel_pair(config, config);
+  filled_pool blocks{4};
   side a, b;
   a.open(std::move(ca), config);
   b.open(std::move(cb), config);
-  filled_pool blocks{4};
   std::vector<std::uint32_t> crcs;
   b.h.frame = [&](const wire::frame_header& h, std::span<const std::byte> payload) {
     EXPECT_EQ(h.crc32c, wire::crc32c(payload));
@@ -261,6 +265,105 @@ TEST(shm_lending, a_sender_closed_with_loans_out_holds_them_until_the_peer_has_r
   ASSERT_TRUE(a_why.has_value());
   EXPECT_EQ(*a_why, errc::transport_closed);
   EXPECT_TRUE(eventually([&] { return blocks.all_back(); }));
+}
+
+/// Streams `frames` payloads of 64-256 KiB lent from pooled blocks, each landing in the receiver's
+/// memory split at an odd place (as a link's message head and body), and returns the receiver's
+/// counters once every frame arrived intact and in order. The sender's loop is driven by this
+/// thread (a borrower, as vessel::comm's caller does), which turns it without pause: a sender
+/// whose loop sleeps (its spin backs off on a link that carries nothing back, as this one)
+/// leaves every back to the receiver, and the split would be tested by chance. `tamper` edits
+/// the channels first.
+shm_stats stream_large_lent(std::uint64_t frames,
+                            const std::function<void(shm_channel&, shm_channel&)>& tamper = {}) {
+  constexpr std::size_t big = 256 << 10;
+  // Before the sides: a transport may hold a loan until it is destroyed.
+  buffer_pool pool{buffer_pool_config{{{big, 4}}, true}};
+  std::vector<buffer> blocks;
+  for (int i = 0; i < 4; ++i) {
+    blocks.push_back(pool.try_acquire(big));
+    for (std::size_t at = 0; at < big; at += 4096) {
+      std::memcpy(blocks.back().data() + at, shm_test::pattern().data() + (at / 4096 + i) * 13,
+                  4096);
+    }
+  }
+  const shm_config config = lending_config();
+  auto [ca, cb] = shm_test::channel_pair(config, config);
+  if (tamper) tamper(ca, cb);
+  side a, b;
+  a.r = std::make_unique<reactor>(testing::lendable(std::chrono::seconds{60}));
+  a.open(std::move(ca), config);
+  b.open(std::move(cb), config);
+  std::vector<std::byte> landing(big + 4096);
+  std::uint64_t expected = 0;
+  bool order_ok = true;
+  std::atomic<bool> all_in{false};
+  b.h.destination = [&](const wire::frame_header& h, std::span<const std::byte>) {
+    const std::size_t head = h.seq % 3 == 0 ? 0 : 16 + h.seq % 100;
+    const std::size_t skew = h.seq % 61;  // the body off any page boundary
+    return wire::fragment_place{std::span{landing}.first(head),
+                                std::span{landing}.subspan(head + skew, h.payload_len - head)};
+  };
+  b.h.frame = [&](const wire::frame_header& h, std::span<const std::byte> payload) {
+    const std::size_t head = h.payload_len - payload.size();
+    std::vector<std::byte> whole(landing.begin(), landing.begin() + static_cast<long>(head));
+    whole.insert(whole.end(), payload.begin(), payload.end());
+    order_ok = order_ok && h.seq == expected++ && h.crc32c == wire::crc32c(whole);
+    if (expected == frames) all_in.store(true, std::memory_order_release);
+  };
+  std::uint64_t next = 0;
+  std::function<void()> pump = [&] {
+    for (; next < frames; ++next) {
+      const std::size_t len = (64 << 10) + (next * 7919 * 13) % (big - (64 << 10) - 100);
+      auto payload = blocks[next % 4].slice(next % 100, len);
+      const auto header = shm_test::data_header(next, len, wire::crc32c(payload.bytes()));
+      auto sent = next % 2 == 0
+                      ? a.t->send(header, std::move(payload))
+                      : a.t->send_parts(header, payload.owner().slice(0, 0), std::move(payload));
+      if (!sent) {
+        EXPECT_EQ(sent.error(), errc::send_queue_full);
+        return;
+      }
+    }
+  };
+  a.h.writable = pump;
+  b.start();
+  EXPECT_TRUE(a.r->borrow());
+  a.t->start();
+  pump();
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!all_in.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < deadline) {
+    a.r->borrowed_turn();
+  }
+  const std::uint64_t lent = a.t->shm_counters().payloads_lent;
+  a.r->give_back(false);
+  EXPECT_TRUE(all_in.load());
+  EXPECT_EQ(lent, frames);
+  return shm_test::run_on(*b.r, [&] {
+    EXPECT_TRUE(order_ok);
+    return b.t->shm_counters();
+  });
+}
+
+// Parts of 64 KiB and up are split: the sender writes the back into the receiver's memory while
+// the receiver reads the front, whenever the sender's loop is there to claim it, else the
+// receiver reads the back too. Either way every frame arrives whole.
+TEST(shm_lending, large_lent_payloads_are_copied_by_both_sides_and_arrive_whole) {
+  const shm_stats got = stream_large_lent(400);
+  EXPECT_EQ(got.payloads_pulled, 400u);
+  EXPECT_GT(got.payloads_pushed, 0u) << "a sender turning its loop never wrote a back half";
+  std::printf("of 400 lent payloads, the sender wrote the back of %llu\n",
+              static_cast<unsigned long long>(got.payloads_pushed));
+}
+
+// A sender that cannot write into the receiver (here: the receiver's token, which it checks
+// first, is not the one it finds) says so in the record: the receiver reads that back itself,
+// and is offered nothing more to write.
+TEST(shm_lending, a_sender_that_cannot_write_into_the_receiver_leaves_it_the_whole_read) {
+  const shm_stats got =
+      stream_large_lent(200, [](shm_channel& a, shm_channel&) { a.rx_lender.token.words[0] ^= 1; });
+  EXPECT_EQ(got.payloads_pulled, 200u);
+  EXPECT_EQ(got.payloads_pushed, 0u);
 }
 
 }  // namespace
