@@ -342,7 +342,9 @@ result<void> shm_transport::write_frame(const wire::frame_header& header,
   tx_ring_.publish();  // our own accounting (in_use, rollback); the peer polls word0
   if (lent != nullptr) {
     lent_bytes_ += lent->size();
-    loans_.push_back({rec_pos + rec_len, rec + body, remote, std::move(*lent)});
+    // A part too short to split is never offered back: not looked at again.
+    loans_.push_back(
+        {rec_pos + rec_len, rec + body, remote, std::move(*lent), remote.size() < min_split_bytes});
     ++shm_stats_.payloads_lent;
   }
 
