@@ -102,9 +102,10 @@ detailed_result<void> mesh_config::apply_env(const env_view& env) {
   if (!choice) return choice.error();
   // Measured only when it decides something: the probe takes ~3 ms.
   const bool lend_given = env.get("VESSEL_SHM_LEND_BYTES").has_value();
-  auto lend = env_byte_count(
-      env, "VESSEL_SHM_LEND_BYTES",
-      lend_given || !io::single_copy_rate_here().pays() ? std::size_t{0} : default_shm_lend_bytes);
+  auto lend = env_byte_count(env, "VESSEL_SHM_LEND_BYTES",
+                             lend_given || !io::single_copy_rate_here().pays_split()
+                                 ? std::size_t{0}
+                                 : default_shm_lend_bytes);
   if (!lend) return lend.error();
   switch (choice.value()) {
     case transport_override::automatic: transport = mesh_transport::automatic; break;

@@ -75,12 +75,14 @@ struct inbound_message {
 /// of it, if shorter): a link may begin a message before its first fragment has all arrived.
 inline constexpr std::size_t message_start_bytes = 16;
 
-/// VESSEL_SHM_LEND_BYTES unset, where a single copy pays: a fragment part of this many bytes to a
-/// same-host peer is lent, read by the peer from our pooled block (io::shm_config::lend_min).
-/// A mesh fragment is 256 KiB, so every fragment of a large message is lent, and the tail of one
-/// too if it is long enough for a read to beat two copies (docs/io_performance.md, "Lent
-/// payloads").
-inline constexpr std::size_t default_shm_lend_bytes = std::size_t{64} << 10;
+/// VESSEL_SHM_LEND_BYTES unset, where a split copy pays (io::single_copy_rate::pays_split): a
+/// fragment part of this many bytes to a same-host peer is lent, read by the peer from our
+/// pooled block (and from 64 KiB, while we write its back: io::shm_config::lend_min). Measured
+/// on the Intel guest, an app actor's ping-pong through the area against lent: 16 KiB 6.0 µs
+/// against 3.0, 32 KiB 8.5 against 4.0, a 64 KiB stream 10.3 GB/s against 14.2; 4 KiB 3.1
+/// against 2.5, left to the area, where a stream of small messages costs no system call each
+/// (docs/io_performance.md, "Lent payloads").
+inline constexpr std::size_t default_shm_lend_bytes = std::size_t{16} << 10;
 
 /// The first fragment of a message is arriving (mesh_observer::on_message_begin).
 struct message_start {
@@ -234,7 +236,7 @@ struct mesh_config {
   /// Reads VESSEL_PEER_TIMEOUT_MS (liveness.peer_deadline), VESSEL_HEARTBEAT_MS
   /// (liveness.heartbeat_interval), VESSEL_RECONNECT_TIMEOUT_MS (reconnect_deadline),
   /// VESSEL_HANDSHAKE_TIMEOUT_MS (handshake_timeout and shm.handshake_timeout),
-  /// VESSEL_SHM_LEND_BYTES (shm.lend_min; unset: default_shm_lend_bytes where a single copy pays
+  /// VESSEL_SHM_LEND_BYTES (shm.lend_min; unset: default_shm_lend_bytes where a split copy pays
   /// here, io/single_copy_probe.hpp, else 0) and VESSEL_TRANSPORT into this config; a malformed
   /// value is an error naming the variable.
   detailed_result<void> apply_env(const env_view& env);

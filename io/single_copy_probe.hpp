@@ -29,6 +29,18 @@ struct single_copy_rate {
   bool pays() const noexcept {
     return !error && kernel_copy.count() > 0 && kernel_copy * 20 <= user_copy * 37;
   }
+
+  /// Whether a transfer that both processes copy at once (each half of it through the kernel:
+  /// the shm transport's lent payloads, vessel::comm's pulled sends) pays against the ring: its
+  /// kernel copy at most 2.5 user copies. Halves copied at once take ~0.4 of one kernel copy of
+  /// the whole (bench_io_cross_memory: 1 MiB in 19.6 µs against 51.8), and the ring costs each
+  /// core one user copy where it pipelines well (the AMD EPYC guests: 1 MiB at ~20 GB/s) and
+  /// 2.5 where lines cross between the cores' caches (the Intel guest: 11-12 GB/s, memcpy ~30),
+  /// so 2.5 is where the halves cost what the better ring costs. On the Intel guest the probe
+  /// read 1.55-1.77 one day and 1.76-2.29 another, and lending won 2.5x at both.
+  bool pays_split() const noexcept {
+    return !error && kernel_copy.count() > 0 && kernel_copy * 2 <= user_copy * 5;
+  }
 };
 
 /// Larger than the L2 of the machines measured, as a transfer worth pulling (256 KiB and up) is
