@@ -641,6 +641,7 @@ std::size_t shm_transport::drain(std::size_t budget) {
     if (kind == kind_inline) {
       if (record_prefix + align_up(hlen, 8) + plen > len) return bad("inline payload length");
     } else if (kind == kind_lent) {
+      if (!pulls_offered_) return bad("lent record where no loan was asked for");
       lent_address = load<std::uint64_t>(body);
       const auto lent_len = load<std::uint64_t>(body + 8);
       if (lent_len == 0 || lent_len > plen ||
@@ -731,6 +732,7 @@ void shm_transport::offer_to_pull() {
         lender.pid, e.message());
     return;
   }
+  pulls_offered_ = true;  // ours: the peer could write the shared word itself
   rx_ctl_->consumer_pulls.store(1, std::memory_order_relaxed);
 }
 
@@ -792,10 +794,9 @@ bool shm_transport::deliver_lent(const wire::frame_header& header,
   fill(0, split);
   bool read_back = split < plen;
   if (split < plen) {
-    std::uint64_t state = offered;
-    if (!lent_state_of(fields).compare_exchange_strong(state, taken, std::memory_order_acq_rel)) {
-      state = await_push(fields);
-      if (state == pushed) {
+    std::uint64_t seen = offered;
+    if (!lent_state_of(fields).compare_exchange_strong(seen, taken, std::memory_order_acq_rel)) {
+      if (await_push(fields) == pushed) {
         read_back = false;
         ++shm_stats_.payloads_pushed;
       }
@@ -807,6 +808,7 @@ bool shm_transport::deliver_lent(const wire::frame_header& header,
         "shm transport: reading a lent payload of {} bytes from pid {} failed: "
         "{}; the peer lends no more",
         plen - lead, channel_.rx_lender.pid, error.message());
+    pulls_offered_ = false;
     rx_ctl_->consumer_pulls.store(0, std::memory_order_relaxed);
     fail(error == make_error_code(errc::not_that_process) ? make_error_code(errc::bad_frame)
                                                           : error);
@@ -823,8 +825,8 @@ std::uint64_t shm_transport::await_push(std::byte* fields) noexcept {
   // give up on a peer whose socket end is gone (it died mid-copy).
   auto word = lent_state_of(fields);
   for (std::uint64_t spins = 0;; ++spins) {
-    const std::uint64_t state = word.load(std::memory_order_acquire);
-    if (state == pushed || state == push_failed) return state;
+    const std::uint64_t seen = word.load(std::memory_order_acquire);
+    if (seen == pushed || seen == push_failed) return seen;
     if (spins < 4096) {
       cpu_relax();
       continue;
@@ -850,8 +852,8 @@ void shm_transport::serve_push() noexcept {
   loan& l = loans_.front();
   l.served = true;
   auto word = lent_state_of(l.fields);
-  std::uint64_t state = offered;
-  if (!word.compare_exchange_strong(state, claimed, std::memory_order_acq_rel)) return;
+  std::uint64_t seen = offered;
+  if (!word.compare_exchange_strong(seen, claimed, std::memory_order_acq_rel)) return;
   // The receiver wrote these before offering (release, our acquire above). It is checked like
   // anything read from the peer: a bad offset would have us write from past our own block.
   const auto at = load<std::uint64_t>(l.fields + lent_push_at);

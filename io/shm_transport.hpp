@@ -210,6 +210,7 @@ class shm_transport final : public transport, private loop_poller {
   std::deque<loan> loans_;
   std::uint64_t lent_bytes_ = 0;
   std::vector<std::byte> pull_scratch_;  // a lent payload whose handler gave no memory
+  bool pulls_offered_ = false;           // we set consumer_pulls: lent records are expected
 
   transport_stats stats_;
   shm_stats shm_stats_;

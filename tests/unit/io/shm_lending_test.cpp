@@ -17,8 +17,10 @@
 #include "io/buffer_pool.hpp"
 #include "io/cross_memory.hpp"
 #include "io/errc.hpp"
+#include "io/shm_ring.hpp"
 #include "tests/unit/io/reactor_test_support.hpp"
 #include "tests/unit/io/shm_test_support.hpp"
+#include "wire/frame_codec.hpp"
 
 namespace vessel::io {
 namespace {
@@ -370,6 +372,58 @@ TEST(shm_lending, a_sender_that_cannot_write_into_the_receiver_leaves_it_the_who
       stream_large_lent(200, [](shm_channel& a, shm_channel&) { a.rx_lender.token.words[0] ^= 1; });
   EXPECT_EQ(got.payloads_pulled, 200u);
   EXPECT_EQ(got.payloads_pushed, 0u);
+}
+
+// Lent records written by hand, as a buggy or hostile peer could: each ends the link with a clear
+// error and delivers nothing. A record that says more bytes are lent than the frame holds, and one
+// sent to a receiver that never offered to read, are bad frames; one that names memory the lender
+// does not have mapped fails the read (bad_address).
+TEST(shm_lending, lent_records_that_lie_end_the_link_and_deliver_nothing) {
+  struct lie {
+    const char* what;
+    std::uint64_t address;  // 0: a real buffer of ours
+    std::uint64_t lent_len;
+    bool offered;
+    std::error_code expected;
+  };
+  constexpr std::uint32_t payload_len = 4096;
+  const std::vector<std::byte> source(payload_len, std::byte{0x5a});
+  const auto here = reinterpret_cast<std::uintptr_t>(source.data());
+  for (const lie& l :
+       {lie{"more lent than the frame holds", here, payload_len + 1, true, errc::bad_frame},
+        lie{"never offered", here, payload_len - 64, false, errc::bad_frame},
+        lie{"an unmapped range", 4096, payload_len - 64, true,
+            make_error_code(std::errc::bad_address)}}) {
+    SCOPED_TRACE(l.what);
+    shm_config config = lending_config();
+    if (!l.offered) config.lend_min = 0;
+    auto [ca, cb] = shm_test::channel_pair(config, config);
+    // The record at the ring's start, as shm_transport writes one (shm_transport.cpp's layout).
+    wire::frame_encoder encoder;
+    auto encoded = encoder.encode_header(shm_test::data_header(0, payload_len));
+    ASSERT_TRUE(encoded);
+    const std::span<const std::byte> header = encoded.value().subspan(wire::prefix_bytes);
+    const std::size_t header_end = 8 + (header.size() + 7) / 8 * 8;
+    const std::size_t lead = payload_len - std::min<std::size_t>(l.lent_len, payload_len);
+    const std::size_t record = (header_end + 40 + lead + 63) / 64 * 64;
+    std::byte* rec = ca.tx.data() + shm::ring_offset;
+    const auto hlen = static_cast<std::uint32_t>(header.size());
+    std::memcpy(rec + 4, &hlen, sizeof hlen);
+    std::memcpy(rec + 8, header.data(), header.size());
+    std::memcpy(rec + header_end, &l.address, 8);
+    std::memcpy(rec + header_end + 8, &l.lent_len, 8);
+    const auto word0 = static_cast<std::uint32_t>(record) | (3u << 30);
+    std::memcpy(rec, &word0, sizeof word0);
+    side b;
+    b.open(std::move(cb), config);
+    std::atomic<int> frames{0};
+    b.h.frame = [&](const wire::frame_header&, std::span<const std::byte>) { ++frames; };
+    b.start();
+    const auto why = b.h.wait_closed(5s);
+    ASSERT_TRUE(why.has_value());
+    EXPECT_EQ(*why, l.expected) << why->message();
+    EXPECT_EQ(frames.load(), 0);
+  }
 }
 
 }  // namespace

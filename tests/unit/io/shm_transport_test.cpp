@@ -331,10 +331,10 @@ TEST(shm_transport, orderly_close_reports_connection_closed_to_the_peer) {
 TEST(shm_transport, a_record_word_that_lies_about_its_length_closes_the_link_with_bad_frame) {
   struct lie {
     const char* what;
-    std::uint32_t word0;  // bits 0..29: record bytes, 30..31: kind (0 = inline)
+    std::uint32_t word0;  // bits 0..29: record bytes, 30..31: kind (0 = inline, 3 = lent)
   };
   for (const lie& l : {lie{"longer than the ring", 8192}, lie{"not whole cache lines", 72},
-                       lie{"an unknown kind", (3u << 30) | 128}}) {
+                       lie{"a lent record without a header", (3u << 30) | 128}}) {
     SCOPED_TRACE(l.what);
     auto [ca, cb] = shm_test::channel_pair(small_config(), small_config());
     std::memcpy(ca.tx.data() + shm::ring_offset, &l.word0, sizeof l.word0);  // a, by hand
