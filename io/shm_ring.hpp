@@ -71,6 +71,10 @@ struct ring_control {
   /// Producer: 1 while it writes the back of a lent payload into the consumer's memory when
   /// offered (shm_transport.cpp, "Lent records"); 0 once such a write failed.
   alignas(cache_line) std::atomic<std::uint32_t> producer_pushes{0};
+  /// Producer: every lent record that ends at or before this ring position was withdrawn (its
+  /// block let go before the consumer had consumed it: the producer's end came first), so its
+  /// bytes may be another payload's by now. The consumer checks it after each read.
+  std::atomic<std::uint64_t> loans_withdrawn{0};
 };
 
 static_assert(sizeof(segment_header) <= cache_line);

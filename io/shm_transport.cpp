@@ -133,6 +133,7 @@ shm_transport::shm_transport(reactor& r, shm_channel channel, transport_handler&
 }
 
 shm_transport::~shm_transport() {
+  release_loans(true);  // a reactor stopped under us: whatever the peer reads now, it discards
   // The reactor holds our ops' addresses while they are in flight.
   assert(!wake_op_.in_flight() && !peer_op_.in_flight() && !continuation_pending_ &&
          "destroy an shm_transport after on_closed() or after its reactor stopped");
@@ -670,7 +671,7 @@ std::size_t shm_transport::drain(std::size_t budget) {
     if (kind != kind_lent) {
       handler_.on_frame(header.value(), here, buffer_slice{});
     } else if (!deliver_lent(header.value(), here, lent_address,
-                             rec + record_prefix + align_up(hlen, 8))) {
+                             rec + record_prefix + align_up(hlen, 8), pos + len)) {
       return delivered;
     }
     // The payload view ends here: hand the bytes back to the peer, every line start zeroed
@@ -746,7 +747,7 @@ std::atomic_ref<std::uint64_t> lent_state_of(std::byte* fields) noexcept {
 
 bool shm_transport::deliver_lent(const wire::frame_header& header,
                                  std::span<const std::byte> inline_part, std::uint64_t address,
-                                 std::byte* fields) {
+                                 std::byte* fields, std::uint64_t record_end) {
   const std::size_t plen = header.payload_len;
   const std::size_t lead = inline_part.size();
   wire::fragment_place place = handler_.payload_destination(header, inline_part);
@@ -803,6 +804,14 @@ bool shm_transport::deliver_lent(const wire::frame_header& header,
     }
   }
   if (read_back) fill(split, plen);
+  // Withdrawn meanwhile: the bytes read may be another payload's (release_loans). The system
+  // calls that read them order them before this load.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!error && rx_ctl_->loans_withdrawn.load(std::memory_order_acquire) >= record_end) {
+    log::get("io").warn("shm transport: the peer withdrew a lent payload before it was read");
+    fail(errc::connection_reset);
+    return false;
+  }
   if (error) {
     log::get("io").warn(
         "shm transport: reading a lent payload of {} bytes from pid {} failed: "
@@ -881,6 +890,10 @@ bool shm_transport::loan_returned() const noexcept {
 void shm_transport::release_loans(bool peer_done) noexcept {
   if (loans_.empty()) return;
   if (peer_done) {
+    // The peer may not be done after all (a stopped reactor, a broken protocol): before the
+    // blocks can hold anything else, it learns that these records are withdrawn, and a read that
+    // raced with their reuse is dropped (deliver_lent checks after it read).
+    tx_ctl_->loans_withdrawn.store(loans_.back().record_end, std::memory_order_seq_cst);
     loans_.clear();
     lent_bytes_ = 0;
     return;

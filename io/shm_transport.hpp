@@ -121,9 +121,10 @@ class shm_transport final : public transport, private loop_poller {
   /// Sets rx's consumer_pulls once a read of the peer's token proves we can read its memory.
   void offer_to_pull();
   /// Reads a lent payload into the handler's memory (the back written by the peer where it
-  /// claims it) and delivers it; false after a failure. `fields`: the record's lent words.
+  /// claims it) and delivers it; false after a failure. `fields`: the record's lent words;
+  /// `record_end`: the ring position after the record.
   bool deliver_lent(const wire::frame_header& header, std::span<const std::byte> inline_part,
-                    std::uint64_t address, std::byte* fields);
+                    std::uint64_t address, std::byte* fields, std::uint64_t record_end);
   /// Waits until the peer that claimed a part's back has written it: pushed or push_failed.
   std::uint64_t await_push(std::byte* fields) noexcept;
   /// True when the peer offers us the back of our oldest loan to write.

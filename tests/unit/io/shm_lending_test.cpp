@@ -269,6 +269,38 @@ TEST(shm_lending, a_sender_closed_with_loans_out_holds_them_until_the_peer_has_r
   EXPECT_TRUE(eventually([&] { return blocks.all_back(); }));
 }
 
+// A sender whose reactor stops with payloads lent and unread (no orderly close) lets go of the
+// blocks, which may soon hold other payloads: it says so first, and the peer, which still reads
+// what was published before the sender went, drops those records instead of delivering them.
+TEST(shm_lending, loans_withdrawn_by_a_stopped_sender_are_dropped_not_delivered) {
+  const shm_config config = lending_config();
+  auto [ca, cb] = shm_test::channel_pair(config, config);
+  filled_pool blocks{2};
+  side a, b;
+  a.open(std::move(ca), config);
+  b.open(std::move(cb), config);
+  std::atomic<int> delivered{0};
+  b.h.frame = [&](const wire::frame_header&, std::span<const std::byte>) { ++delivered; };
+  b.start();
+  a.start();
+  std::promise<void> release_b;
+  std::future<void> b_released = release_b.get_future();
+  b.r->post(std::function<void()>{[&] { b_released.wait(); }});
+  shm_test::run_on(*a.r, [&] {
+    for (std::uint64_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(a.t->send(shm_test::data_header(i, 6000), blocks.held[i].slice(0, 6000)));
+    }
+    EXPECT_EQ(a.t->shm_counters().payloads_lent, 2u);
+  });
+  a.shutdown();  // the reactor stops, the transport goes: no orderly close
+  EXPECT_TRUE(blocks.all_back());
+  release_b.set_value();
+  const auto why = b.h.wait_closed(10s);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why, errc::connection_reset);
+  EXPECT_EQ(delivered.load(), 0);
+}
+
 /// Streams `frames` payloads of 64-256 KiB lent from pooled blocks, each landing in the receiver's
 /// memory split at an odd place (as a link's message head and body), and returns the receiver's
 /// counters once every frame arrived intact and in order. The sender's loop is driven by this
