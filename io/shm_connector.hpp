@@ -42,10 +42,11 @@ struct shm_config {
   std::size_t inline_max = 2048;
   /// A payload part of at least this many bytes, sent from a pooled block (send, send_parts), is
   /// lent instead of copied into the payload area: the record names it in our memory, the peer
-  /// reads it straight into where it lands (process_vm_readv: one copy where the area costs two),
+  /// reads it straight into where it lands (process_vm_readv: one copy where the area costs two;
+  /// from 64 KiB we write its back half into the peer's memory meanwhile, process_vm_writev),
   /// and the block is held until the peer has consumed the record. 0 lends nothing. The peer
   /// says whether it can read our memory at all (its first read checks our token); where it
-  /// cannot, everything goes through the area as before. The mesh sets this where a single copy
+  /// cannot, everything goes through the area as before. The mesh sets this where a split copy
   /// pays (io/single_copy_probe.hpp; VESSEL_SHM_LEND_BYTES).
   std::size_t lend_min = 0;
   /// Longest the receiver spins on an empty ring before it sleeps on its eventfd. An eventfd

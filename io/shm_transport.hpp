@@ -19,8 +19,9 @@
 //   all on the sending side. Its record names it in the sender's memory, the receiver reads it
 //   straight into the memory its handler gives (transport_handler::payload_destination) with one
 //   process_vm_readv, and the sender holds the block until the peer has consumed the record (or
-//   has gone). One copy where the area costs two; the peer lends only after it proved it can
-//   read us (shm_transport.cpp, "Lent records").
+//   has gone). One copy where the area costs two, and from 64 KiB split between both cores: the
+//   sender writes the back half into the receiver's memory while the receiver reads the front.
+//   The peer lends only after it proved it can read us (shm_transport.cpp, "Lent records").
 // - Peer death: the hand-over socket stays connected and a poll is armed on it. The kernel
 //   closes a dead process's socket, so EOF arrives within a reactor turn of the death; the
 //   receiver then delivers what the peer had published and ends with errc::connection_reset (or
