@@ -67,17 +67,39 @@ bool eventually(const std::function<bool()>& done, std::chrono::milliseconds wit
   return true;
 }
 
+/// Both ends of a lending link, opened and not started; the blocks come first, since a
+/// transport may hold a loan until it is destroyed. `tamper` edits the channels before.
+struct lending_link {
+  explicit lending_link(std::uint32_t block_count,
+                        const std::function<void(shm_channel&, shm_channel&)>& tamper = {})
+      : blocks{block_count} {
+    auto [ca, cb] = shm_test::channel_pair(config, config);
+    if (tamper) tamper(ca, cb);
+    a.open(std::move(ca), config);
+    b.open(std::move(cb), config);
+  }
+  const shm_config config = lending_config();
+  filled_pool blocks;
+  side a, b;
+};
+
+/// Keeps `r`'s thread busy, reading nothing, until the returned promise is set.
+std::promise<void> hold_until_released(reactor& r) {
+  std::promise<void> release;
+  shm_test::run_on(r, [] {});
+  r.post(std::function<void()>{[held = release.get_future().share()] { held.wait(); }});
+  return release;
+}
+
 // Frames of every size from inline to most of a block, from one slice or two, cut anywhere:
 // those with a part of lend_min bytes are lent, the others copied, and each arrives whole, in
 // order, into the handler's memory (split in two at odd places, as a link's message head and
 // body) or, every third frame, where the transport reads it itself. Every block comes back.
 TEST(shm_lending, lent_payloads_arrive_whole_and_in_order_and_every_block_comes_back) {
-  const shm_config config = lending_config();
-  auto [ca, cb] = shm_test::channel_pair(config, config);
-  filled_pool blocks{8};  // before the sides: a transport may hold a loan until it is destroyed
-  side a, b;
-  a.open(std::move(ca), config);
-  b.open(std::move(cb), config);
+  lending_link link{8};
+  side& a = link.a;
+  side& b = link.b;
+  filled_pool& blocks = link.blocks;
 
   constexpr std::uint64_t frames = 3000;
   std::vector<std::byte> landing(block_bytes);
@@ -159,13 +181,10 @@ TEST(shm_lending, lent_payloads_arrive_whole_and_in_order_and_every_block_comes_
 // segment names, as in another pid namespace) never says it can, so nothing is lent: every
 // payload goes through the area and arrives.
 TEST(shm_lending, a_receiver_that_cannot_read_the_sender_is_lent_nothing) {
-  const shm_config config = lending_config();
-  auto [ca, cb] = shm_test::channel_pair(config, config);
-  cb.rx_lender.token.words[1] ^= 1;
-  filled_pool blocks{1};
-  side a, b;
-  a.open(std::move(ca), config);
-  b.open(std::move(cb), config);
+  lending_link link{1, [](shm_channel&, shm_channel& b) { b.rx_lender.token.words[1] ^= 1; }};
+  side& a = link.a;
+  side& b = link.b;
+  filled_pool& blocks = link.blocks;
   std::promise<std::uint32_t> crc;
   b.h.frame = [&](const wire::frame_header&, std::span<const std::byte> payload) {
     crc.set_value(wire::crc32c(payload));
@@ -186,12 +205,10 @@ TEST(shm_lending, a_receiver_that_cannot_read_the_sender_is_lent_nothing) {
 // recycled pid looks like) delivers nothing of that frame and ends the transport with
 // bad_frame; the sender, seeing the peer's end go, gives its loans back.
 TEST(shm_lending, a_lent_payload_that_cannot_be_read_ends_the_link_and_is_not_delivered) {
-  const shm_config config = lending_config();
-  auto [ca, cb] = shm_test::channel_pair(config, config);
-  filled_pool blocks{1};
-  side a, b;
-  a.open(std::move(ca), config);
-  b.open(std::move(cb), config);
+  lending_link link{1};
+  side& a = link.a;
+  side& b = link.b;
+  filled_pool& blocks = link.blocks;
   std::atomic<int> delivered{0};
   b.h.frame = [&](const wire::frame_header&, std::span<const std::byte>) { ++delivered; };
   b.start();
@@ -226,12 +243,10 @@ TEST(shm_lending, a_lent_payload_that_cannot_be_read_ends_the_link_and_is_not_de
 // before our end, still reads them whole, and we hold the blocks (and report closed) until it
 // has.
 TEST(shm_lending, a_sender_closed_with_loans_out_holds_them_until_the_peer_has_read_them) {
-  const shm_config config = lending_config();
-  auto [ca, cb] = shm_test::channel_pair(config, config);
-  filled_pool blocks{4};
-  side a, b;
-  a.open(std::move(ca), config);
-  b.open(std::move(cb), config);
+  lending_link link{4};
+  side& a = link.a;
+  side& b = link.b;
+  filled_pool& blocks = link.blocks;
   std::vector<std::uint32_t> crcs;
   b.h.frame = [&](const wire::frame_header& h, std::span<const std::byte> payload) {
     EXPECT_EQ(h.crc32c, wire::crc32c(payload));
@@ -239,11 +254,7 @@ TEST(shm_lending, a_sender_closed_with_loans_out_holds_them_until_the_peer_has_r
   };
   b.start();  // says it can read a
   a.start();
-  // b's reactor is kept busy: it reads nothing until released.
-  std::promise<void> release_b;
-  std::future<void> b_released = release_b.get_future();
-  shm_test::run_on(*b.r, [] {});
-  b.r->post(std::function<void()>{[&] { b_released.wait(); }});
+  std::promise<void> release_b = hold_until_released(*b.r);
 
   std::vector<std::uint32_t> sent;
   shm_test::run_on(*a.r, [&] {
@@ -273,19 +284,15 @@ TEST(shm_lending, a_sender_closed_with_loans_out_holds_them_until_the_peer_has_r
 // blocks, which may soon hold other payloads: it says so first, and the peer, which still reads
 // what was published before the sender went, drops those records instead of delivering them.
 TEST(shm_lending, loans_withdrawn_by_a_stopped_sender_are_dropped_not_delivered) {
-  const shm_config config = lending_config();
-  auto [ca, cb] = shm_test::channel_pair(config, config);
-  filled_pool blocks{2};
-  side a, b;
-  a.open(std::move(ca), config);
-  b.open(std::move(cb), config);
+  lending_link link{2};
+  side& a = link.a;
+  side& b = link.b;
+  filled_pool& blocks = link.blocks;
   std::atomic<int> delivered{0};
   b.h.frame = [&](const wire::frame_header&, std::span<const std::byte>) { ++delivered; };
   b.start();
   a.start();
-  std::promise<void> release_b;
-  std::future<void> b_released = release_b.get_future();
-  b.r->post(std::function<void()>{[&] { b_released.wait(); }});
+  std::promise<void> release_b = hold_until_released(*b.r);
   shm_test::run_on(*a.r, [&] {
     for (std::uint64_t i = 0; i < 2; ++i) {
       EXPECT_TRUE(a.t->send(shm_test::data_header(i, 6000), blocks.held[i].slice(0, 6000)));
