@@ -84,6 +84,12 @@ struct work_item {
 class loop_poller {
  public:
   virtual void poll() noexcept = 0;
+  /// The reactor thread busy-polls (reactor_config::busy_poll) and reads for itself what a poller
+  /// can read without the kernel's readiness events (a socket: recv with MSG_DONTWAIT), while
+  /// reactor::pollers_read() holds. True when it found something (its handlers ran).
+  virtual bool spin_poll() noexcept { return false; }
+  /// The reactor thread stops busy-polling (it is about to sleep): arm what tells it of new input.
+  virtual void spin_poll_ended() noexcept {}
 
  protected:
   ~loop_poller() = default;
@@ -164,6 +170,10 @@ class reactor {
   }
   /// True while a borrower drives the loop (loop owner only).
   bool lent() const noexcept { return lent_; }
+  /// True while the loop's owner reads its pollers itself on every turn or spin (a borrower, or
+  /// the reactor thread while it busy-polls): a poller need not arm a readiness op meanwhile
+  /// (loop owner only).
+  bool pollers_read() const noexcept { return lent_ || spin_polling_; }
   /// Frames that arrived, as counted by the transports' users (note_arrival(); loop owner only):
   /// a borrower that sees it move keeps driving, since a message is coming in.
   void note_arrival() noexcept { ++arrivals_; }
@@ -260,6 +270,8 @@ class reactor {
   void park_while_lent();  // the reactor thread, between giving the loop away and taking it back
   bool take_loop(bool ask_reactor_thread) noexcept;  // borrow(), try_borrow()
   void run_pollers() noexcept;
+  bool spin_poll_pollers() noexcept;
+  void end_spin_polling() noexcept;
   bool spin_for_work(std::chrono::nanoseconds budget);
   void wait(std::chrono::nanoseconds max_wait);
   std::size_t run_posted();
@@ -315,6 +327,11 @@ class reactor {
   // spinning is off until a blocking wait proves short again.
   unsigned fruitless_spins_ = 0;
   bool spin_ = false;  // the CQ is watched before blocking: whether it is worth it right now
+  // The pollers are read by the spin itself (not lendable reactors), from the first spin until
+  // the reactor sleeps; busy turns meanwhile read them every spin_poll_turns-th turn.
+  bool spin_polling_ = false;
+  unsigned busy_turns_ = 0;
+  static constexpr unsigned spin_poll_turns = 16;
 
   bool stopping_ = false;
   clock::time_point last_cancel_{};

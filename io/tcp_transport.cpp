@@ -113,8 +113,9 @@ void tcp_transport::start() {
     polled_ = true;
   }
   // A borrower reads the socket itself; the reactor thread arms the poll when it takes the loop
-  // back (poll()). An op armed now would only go out then anyway (reactor::turn).
-  if (readiness_ && reactor_.lent()) return;
+  // back (poll()). An op armed now would only go out then anyway (reactor::turn). A busy-polling
+  // reactor thread reads it too, and arms the poll when it stops (spin_poll_ended()).
+  if (readiness_ && reactor_.pollers_read()) return;
   if (!recv_op_.in_flight()) arm_recv();
 }
 
@@ -391,8 +392,9 @@ void tcp_transport::on_readable(int res) {
   if (completion_ends(res, false)) return;
   read_ready();
   // While the loop is lent its borrower polls the socket, and nothing need wake the parked
-  // reactor thread: the poll is armed again when that thread takes the loop back (poll()).
-  if (state_ == state::open && !reactor_.lent()) arm_recv();
+  // reactor thread: the poll is armed again when that thread takes the loop back (poll()). The
+  // same while the reactor thread busy-polls, until it stops (spin_poll_ended()).
+  if (state_ == state::open && !reactor_.pollers_read()) arm_recv();
   maybe_finish();
 }
 
@@ -453,6 +455,20 @@ void tcp_transport::poll() noexcept {
   // ring what borrowers left queued.
   if (!recv_op_.in_flight()) arm_recv();
   flush();
+}
+
+bool tcp_transport::spin_poll() noexcept {
+  // A poll still armed from before the spin began tells of the next input itself.
+  if (state_ != state::open || callbacks_running_ > 0 || recv_op_.in_flight()) return false;
+  const auto before = stats_.bytes_received;
+  read_ready();
+  const bool found = stats_.bytes_received != before || state_ != state::open;
+  if (state_ != state::open) maybe_finish();  // may destroy this transport (on_closed)
+  return found;
+}
+
+void tcp_transport::spin_poll_ended() noexcept {
+  if (state_ == state::open && !recv_op_.in_flight()) arm_recv();
 }
 
 // -- Ending ------------------------------------------------------------------------------------

@@ -187,8 +187,11 @@ class tcp_transport final : public transport, private loop_poller {
   bool notify_writable_if_drained();
   void read_ready();
   void dispatch_frames();
-  // loop_poller: a borrower reads the socket on each of its turns (readiness_ only).
+  // loop_poller: a borrower reads the socket on each of its turns, the reactor thread on each
+  // of its busy-poll spins (readiness_ only).
   void poll() noexcept override;
+  bool spin_poll() noexcept override;
+  void spin_poll_ended() noexcept override;
   void fail(std::error_code why) noexcept;
   void maybe_finish() noexcept;
   static void finish_posted(void* self) noexcept;
