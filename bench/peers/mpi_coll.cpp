@@ -38,7 +38,13 @@ int main(int argc, char** argv) {
   // Touched once and reused, as on the vessel side.
   const std::size_t largest = plan.largest_buffer_bytes();
   std::vector<float> in(largest / 4, 0.0f), out(largest / 4, 0.0f);
-  for (const std::string_view op : vessel::bench::coll_ops) {
+  const auto ops = vessel::bench::selected_coll_ops_from_env();
+  if (ops.empty()) {
+    if (rank == 0) std::fprintf(stderr, "VESSEL_BENCH_COLL_OPS: not a list of operations\n");
+    MPI_Finalize();
+    return 2;
+  }
+  for (const std::string_view op : ops) {
     for (const std::size_t size : plan.sizes) {
       const auto s = plan.shape_of(size);
       const int whole = static_cast<int>(s.whole_elements);

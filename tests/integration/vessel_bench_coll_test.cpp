@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -14,8 +15,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <tuple>
-#include <unistd.h>
 #include <vector>
 
 #include "tools/vessel_bench/coll_plan.hpp"
@@ -42,16 +43,17 @@ struct bench_run {
 
 bool mpirun_present() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
 
-bench_run run_bench(const std::string& transport) {
+/// `env`: assignments put before the command ("VAR=value ").
+bench_run run_bench(const std::string& transport, const std::string& env = {}) {
   bench_run r;
   const auto dir = std::filesystem::temp_directory_path() /
                    ("vessel-bench-coll-test-" + std::to_string(::getpid()) + "-" + transport);
   std::filesystem::create_directories(dir);
   const auto csv = dir / "coll.csv";
   const auto log = dir / "coll.log";
-  const std::string cmd = std::string{VESSEL_BENCH_PATH} + " coll --transport " + transport +
-                          " --ranks 2 --sizes 8,4K --iterations 3 --runs 2 --csv " +
-                          csv.string() + " > " + log.string() + " 2>&1";
+  const std::string cmd = env + std::string{VESSEL_BENCH_PATH} + " coll --transport " + transport +
+                          " --ranks 2 --sizes 8,4K --iterations 3 --runs 2 --csv " + csv.string() +
+                          " > " + log.string() + " 2>&1";
   r.status = std::system(cmd.c_str());
   std::ifstream lf{log};
   r.output.assign(std::istreambuf_iterator<char>{lf}, {});
@@ -137,6 +139,27 @@ TEST_P(vessel_bench_coll, writes_one_well_formed_row_per_bench_size_metric_and_p
   EXPECT_NE(r.output.find("the algorithm vessel selected per size"), std::string::npos) << r.output;
 }
 
+// VESSEL_BENCH_COLL_OPS picks operations: both sides run only those (the peer's rows would be
+// missing, or the run fail, if Open MPI's ranks ran the others), and a name that is no operation
+// is refused before anything runs.
+TEST(vessel_bench_coll_ops, runs_only_the_operations_named_and_refuses_unknown_ones) {
+  const bench_run r = run_bench("shm", "VESSEL_BENCH_COLL_OPS=reduce_scatter,allreduce ");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::set<std::string> benches, peers;
+  for (const csv_row& row : r.rows) {
+    benches.insert(row.bench);
+    peers.insert(row.peer);
+  }
+  EXPECT_EQ(benches, (std::set<std::string>{"allreduce", "reduce_scatter"})) << r.output;
+  EXPECT_EQ(r.rows.size(), std::size_t{2 * 2 * 3} * peers.size());
+
+  const bench_run bad = run_bench("shm", "VESSEL_BENCH_COLL_OPS=allreduce,alltoallw ");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("VESSEL_BENCH_COLL_OPS='allreduce,alltoallw'"), std::string::npos)
+      << bad.output;
+  EXPECT_TRUE(bad.rows.empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(transports, vessel_bench_coll, ::testing::Values("tcp", "shm"));
 
 }  // namespace
@@ -148,5 +171,17 @@ TEST(vessel_bench_coll_plan, takes_plain_byte_counts_and_refuses_anything_else) 
             (std::vector<std::size_t>{8, 512, 65536}));
   for (const char* bad : {"4K", "8,x", "0", "8,,9", "-8", "8 "}) {
     EXPECT_TRUE(vessel::bench::coll_plan(bad, 0, 2).sizes.empty()) << bad;
+  }
+}
+
+TEST(vessel_bench_coll_plan, selects_the_named_operations_in_the_order_both_sides_run_them) {
+  using vessel::bench::selected_coll_ops;
+  using ops = std::vector<std::string_view>;
+  EXPECT_EQ(selected_coll_ops(""), (ops{"allreduce", "broadcast", "allgather", "reduce_scatter"}));
+  EXPECT_EQ(selected_coll_ops("broadcast,allreduce"), (ops{"allreduce", "broadcast"}));
+  EXPECT_EQ(selected_coll_ops("allgather"), (ops{"allgather"}));
+  for (const char* bad :
+       {"allreduce,bogus", "allreduce,", ",allreduce", "Allreduce", " allreduce"}) {
+    EXPECT_TRUE(selected_coll_ops(bad).empty()) << bad;
   }
 }

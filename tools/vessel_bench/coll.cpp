@@ -238,6 +238,8 @@ run_result run_mpi(const std::string& peer, const mpi_config& config, std::size_
   spec.argv = {"mpirun", "-n", std::to_string(ranks), "--oversubscribe", "--allow-run-as-root",
                "--mca", "pml", "ob1"};
   spec.argv.insert(spec.argv.end(), config.options.begin(), config.options.end());
+  if (std::getenv("VESSEL_BENCH_COLL_OPS") != nullptr)
+    spec.argv.insert(spec.argv.end(), {"-x", "VESSEL_BENCH_COLL_OPS"});
   spec.argv.insert(spec.argv.end(), {peer, sizes, std::to_string(iterations)});
   const auto results = run_processes({spec});
   run_result r;
@@ -259,16 +261,16 @@ double bus_factor(const std::string& op, std::size_t ranks) {
 }
 
 void print_algorithms(const std::string& transport, std::size_t ranks,
-                      const std::vector<std::size_t>& sizes, const run_result& vessel) {
+                      const std::vector<std::size_t>& sizes,
+                      const std::vector<std::string_view>& ops, const run_result& vessel) {
   std::printf("coll %s, %zu ranks: the algorithm vessel selected per size\n", transport.c_str(),
               ranks);
   std::printf("  %-10s", "size");
-  for (std::string_view op : coll_ops)
-    std::printf(" %-20.*s", static_cast<int>(op.size()), op.data());
+  for (std::string_view op : ops) std::printf(" %-20.*s", static_cast<int>(op.size()), op.data());
   std::printf("\n");
   for (std::size_t size : sizes) {
     std::printf("  %-10zu", size);
-    for (std::string_view op : coll_ops) {
+    for (std::string_view op : ops) {
       const auto it = vessel.algorithm.find({std::string{op}, size});
       std::printf(" %-20s", it == vessel.algorithm.end() ? "-" : it->second.c_str());
     }
@@ -283,6 +285,15 @@ int run_coll(const std::string& transport, const bench_options& opts, report& ou
   const std::vector<std::size_t> worlds =
       opts.ranks != 0 ? std::vector<std::size_t>{opts.ranks} : std::vector<std::size_t>{2, 4};
   const std::string size_list = join_sizes(sizes);
+  // Read again by both sides' rank processes, which inherit it (mpirun is told to pass it on).
+  const std::vector<std::string_view> ops = selected_coll_ops_from_env();
+  if (ops.empty()) {
+    std::fprintf(stderr,
+                 "coll: VESSEL_BENCH_COLL_OPS='%s': a comma-separated list of allreduce, "
+                 "broadcast, allgather, reduce_scatter\n",
+                 std::getenv("VESSEL_BENCH_COLL_OPS"));
+    return 1;
+  }
   if (!executable(directory_of_self() + "/vessel-bench-coll-rank")) {
     std::fprintf(stderr, "coll: %s/vessel-bench-coll-rank is missing (build it)\n",
                  directory_of_self().c_str());
@@ -343,7 +354,7 @@ int run_coll(const std::string& transport, const bench_options& opts, report& ou
         peer_runs[c].push_back(std::move(m));
       }
     }
-    print_algorithms(transport, ranks, sizes, vessel_runs.front());
+    print_algorithms(transport, ranks, sizes, ops, vessel_runs.front());
 
     auto median_seconds = [](const std::vector<run_result>& runs, const point& p) {
       std::vector<double> v;
@@ -352,7 +363,7 @@ int run_coll(const std::string& transport, const bench_options& opts, report& ou
       }
       return v.empty() ? 0.0 : median(v);
     };
-    for (std::string_view op_view : coll_ops) {
+    for (std::string_view op_view : ops) {
       const std::string op{op_view};
       for (std::size_t size : sizes) {
         const point p{op, size};

@@ -18,6 +18,33 @@ namespace vessel::bench {
 inline constexpr std::string_view coll_ops[] = {"allreduce", "broadcast", "allgather",
                                                 "reduce_scatter"};
 
+/// The operations a run measures, in coll_ops' order: those named in `list` (comma-separated,
+/// VESSEL_BENCH_COLL_OPS), or all of them when `list` is empty. Empty when a name is not one of
+/// coll_ops, so that the caller refuses the list rather than measure less than was asked.
+inline std::vector<std::string_view> selected_coll_ops(std::string_view list) {
+  if (list.empty()) return {std::begin(coll_ops), std::end(coll_ops)};
+  std::vector<std::string_view> named;
+  while (true) {
+    const auto comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    if (std::find(std::begin(coll_ops), std::end(coll_ops), item) == std::end(coll_ops)) return {};
+    named.push_back(item);
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  std::vector<std::string_view> out;
+  for (std::string_view op : coll_ops) {
+    if (std::find(named.begin(), named.end(), op) != named.end()) out.push_back(op);
+  }
+  return out;
+}
+
+/// selected_coll_ops() of VESSEL_BENCH_COLL_OPS (both sides read it: vessel-bench passes it on).
+inline std::vector<std::string_view> selected_coll_ops_from_env() {
+  const char* list = std::getenv("VESSEL_BENCH_COLL_OPS");
+  return selected_coll_ops(list != nullptr ? std::string_view{list} : std::string_view{});
+}
+
 struct coll_plan {
   /// float32 elements of one call: the whole vector (allreduce, broadcast, and allgather's output
   /// / reduce_scatter's input) and one rank's block.

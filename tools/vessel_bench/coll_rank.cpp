@@ -62,7 +62,12 @@ int main(int argc, char** argv) {
     std::vector<std::byte> in(largest), out(largest);
     std::fill(in.begin(), in.end(), std::byte{0});
     std::fill(out.begin(), out.end(), std::byte{0});
-    for (const std::string_view op_name : vessel::bench::coll_ops) {
+    const auto ops = vessel::bench::selected_coll_ops_from_env();
+    if (ops.empty()) {
+      std::fprintf(stderr, "VESSEL_BENCH_COLL_OPS: not a list of operations\n");
+      return 2;
+    }
+    for (const std::string_view op_name : ops) {
       const collective_op op = *parse_collective_op(op_name);
       for (const std::size_t size : plan.sizes) {
         const coll_plan::shape s = plan.shape_of(size);
