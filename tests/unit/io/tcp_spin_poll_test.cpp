@@ -99,6 +99,14 @@ struct spinning_pair {
     return drive_until(
         r, [&] { return handler.seqs.size() >= n; }, turn);
   }
+  /// Frames 1..n of 8 bytes, each read before the next is sent: the first by the poll armed at
+  /// start, the rest by the spin (the reactor spin-polls from then on).
+  bool exchange_small_frames(std::uint64_t n) {
+    for (std::uint64_t seq = 1; seq <= n; ++seq) {
+      if (!send(seq, 8) || !frames_in(seq)) return false;
+    }
+    return true;
+  }
 
   reactor r;
   std::chrono::nanoseconds turn;
@@ -127,8 +135,7 @@ TEST(tcp_spin_poll, a_spinning_reactor_reads_the_socket_itself_with_nothing_arme
 // back for the rest.
 TEST(tcp_spin_poll, a_burst_larger_than_one_visit_arrives_whole_and_in_order) {
   spinning_pair p{200ms};
-  ASSERT_TRUE(p.send(1, 8));
-  ASSERT_TRUE(p.frames_in(1));
+  ASSERT_TRUE(p.exchange_small_frames(1));
   constexpr std::uint64_t burst = 200;
   std::thread writer{[&] {
     for (std::uint64_t seq = 2; seq <= burst; ++seq) {
@@ -146,10 +153,7 @@ TEST(tcp_spin_poll, a_burst_larger_than_one_visit_arrives_whole_and_in_order) {
 // wakes it, and it is read by the poll's completion.
 TEST(tcp_spin_poll, a_reactor_that_stops_spinning_arms_the_poll_and_wakes_for_input) {
   spinning_pair p{5ms};
-  ASSERT_TRUE(p.send(1, 8));
-  ASSERT_TRUE(p.frames_in(1));
-  ASSERT_TRUE(p.send(2, 8));
-  ASSERT_TRUE(p.frames_in(2));
+  ASSERT_TRUE(p.exchange_small_frames(2));
   for (int i = 0; i < 10; ++i) p.r.run_once(10ms);  // fruitless spins: spinning goes off
   EXPECT_EQ(p.r.ops_in_flight(), 1u) << "the reactor sleeps with no poll on the socket";
   std::thread writer{[&] {
@@ -169,10 +173,7 @@ TEST(tcp_spin_poll, a_reactor_that_stops_spinning_arms_the_poll_and_wakes_for_in
 // The peer goes while the reactor spins: the spin's read sees the end and closes the transport.
 TEST(tcp_spin_poll, a_peer_that_closes_while_the_reactor_spins_ends_the_transport) {
   spinning_pair p{200ms};
-  ASSERT_TRUE(p.send(1, 8));
-  ASSERT_TRUE(p.frames_in(1));
-  ASSERT_TRUE(p.send(2, 8));
-  ASSERT_TRUE(p.frames_in(2));
+  ASSERT_TRUE(p.exchange_small_frames(2));
   ::close(p.peer);
   p.peer = -1;
   ASSERT_TRUE(drive_until(
