@@ -16,6 +16,7 @@
 // reactor stops, then the actor system goes. Nothing may be left running, or CAF's destructor
 // would wait forever.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -176,6 +177,9 @@ class node {
   };
   struct rank_slot : actor_slot {
     actors::rank_direct_entry* direct = nullptr;  // current's, when it lives on the reactor
+    // Bumped (under the mutex) whenever current changes: the reactor thread keeps its own copy
+    // of the slot and reads this one only when the number moved (node::observer).
+    std::atomic<std::uint64_t> generation{0};
   };
 
   void on_root_event(const actors::supervisor_event& e);

@@ -158,22 +158,30 @@ struct rank_state {
   // Matches a batch of arrivals against the receives posted; the rest waits as unexpected.
   void take_arrivals(const event_batch<inbound_message>& batch) {
     ++stats.batches;
-    for (auto& m : batch.events()) {
-      const std::size_t bytes = m.payload.size();
-      const std::uint32_t source = m.src;
-      if (source < config.world_size) credit->arrived(source, message_credit(bytes));
-      auto done = matcher->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
-      if (!done) {  // not a rank of this world: the transport never delivers one
-        log::get("actors").warn("rank actor: dropped a message from rank {}: {}", source,
-                                done.error().message());
-        continue;
-      }
-      if (!done.value()) continue;  // unexpected
-      auto it = receives.find(done.value()->cookie);
-      if (it == receives.end()) continue;  // cannot happen: cancel removes both
-      deliver(it->second, std::move(done.value()->message));
-      receives.erase(it);
+    for (auto& m : batch.events()) match_arrival(m);
+  }
+
+  // One arrival handed over alone (hosted_rank::take_arrival): a hand-off of its own.
+  void take_arrival(inbound_message& m) {
+    ++stats.batches;
+    match_arrival(m);
+  }
+
+  void match_arrival(inbound_message& m) {
+    const std::size_t bytes = m.payload.size();
+    const std::uint32_t source = m.src;
+    if (source < config.world_size) credit->arrived(source, message_credit(bytes));
+    auto done = matcher->arrive(p2p_message{m.src, m.tag, m.message_id, std::move(m.payload)});
+    if (!done) {  // not a rank of this world: the transport never delivers one
+      log::get("actors").warn("rank actor: dropped a message from rank {}: {}", source,
+                              done.error().message());
+      return;
     }
+    if (!done.value()) return;  // unexpected
+    auto it = receives.find(done.value()->cookie);
+    if (it == receives.end()) return;  // cannot happen: cancel removes both
+    deliver(it->second, std::move(done.value()->message));
+    receives.erase(it);
   }
 
   // A send to `dst` (in range) is answered at once: nothing is parked for it and it has room.
@@ -396,6 +404,14 @@ class hosted_rank final : public on_reactor_thread<rank_impl_actor::stateful_bas
     } else {
       direct_.queued.fetch_add(1, std::memory_order_relaxed);
     }
+    release_state();
+    return direct;
+  }
+
+  bool take_arrival(inbound_message& m) override {
+    if (!claim_state()) return false;
+    const bool direct = direct_.live && direct_.queued.load(std::memory_order_relaxed) == 0;
+    if (direct) state.take_arrival(m);
     release_state();
     return direct;
   }

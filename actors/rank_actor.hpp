@@ -89,6 +89,10 @@ class rank_direct_entry {
   /// returns false and expects the caller to send it as a message, which the actor then takes
   /// before any later batch.
   virtual bool take(event_batch<inbound_message>& batch) = 0;
+  /// Reactor thread, from the transport's delivery itself: takes one arrival as a batch of one
+  /// would be taken and returns true; or returns false and leaves `m` for the caller to batch.
+  /// The caller takes this way only while no arrival of its own waits in a batch (order).
+  virtual bool take_arrival(inbound_message& m) = 0;
 
   enum class send_outcome : std::uint8_t {
     sent,       ///< handed to the outbox: what the send handler's immediate reply says

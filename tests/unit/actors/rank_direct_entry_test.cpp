@@ -1,7 +1,8 @@
-// A rank actor on the reactor thread takes the reactor's batches as calls (rank_direct_entry):
-// between its runs a batch is matched at once; a batch that had to go as a message (sent off the
-// reactor thread, or while the actor ran) holds every later one back until the actor has taken
-// it, so arrivals keep their order either way. A rank actor on CAF's workers has no such entry.
+// A rank actor on the reactor thread takes the reactor's batches, and single arrivals, as calls
+// (rank_direct_entry): between its runs a batch is matched at once; a batch that had to go as a
+// message (sent off the reactor thread, or while the actor ran) holds every later one back until
+// the actor has taken it, so arrivals keep their order either way. A rank actor on CAF's workers
+// has no such entry.
 
 #include <chrono>
 #include <cstring>
@@ -27,6 +28,10 @@ using namespace std::chrono_literals;
 using testing::caf_test;
 
 constexpr std::uint32_t peer = 1;
+
+std::string text_of(const io::buffer_slice& s) {
+  return {reinterpret_cast<const char*>(s.data()), s.size()};
+}
 constexpr std::uint64_t tag = 7;
 
 class rank_direct_entry_test : public caf_test {
@@ -64,6 +69,26 @@ class rank_direct_entry_test : public caf_test {
     batcher.push(inbound_message{peer, tag, ++message_id_, std::move(block).slice(0, text.size())});
     batcher.flush();
     return took;
+  }
+
+  inbound_message arrival(std::string_view text) {
+    auto block = pool_.try_acquire(text.size());
+    EXPECT_TRUE(block);
+    std::memcpy(block.data(), text.data(), text.size());
+    return inbound_message{peer, tag, ++message_id_, std::move(block).slice(0, text.size())};
+  }
+
+  // One message handed over alone (take_arrival), on the reactor thread; true when the entry
+  // took it. One that it leaves comes back in `left`, untouched.
+  bool hand_over_alone_on_reactor(std::string_view text, inbound_message* left = nullptr) {
+    std::promise<bool> took;
+    EXPECT_TRUE(reactor_.post([&] {
+      auto m = arrival(text);
+      const bool taken = entry_->take_arrival(m);
+      if (!taken && left != nullptr) *left = std::move(m);
+      took.set_value(taken);
+    }));
+    return took.get_future().get();
   }
 
   // The same on the reactor thread.
@@ -135,6 +160,63 @@ TEST_F(rank_direct_entry_test, a_batch_still_in_the_mailbox_holds_later_ones_bac
   sync();
   EXPECT_TRUE(hand_over_on_reactor("third"));
   EXPECT_EQ(receive(), "third");
+}
+
+TEST_F(rank_direct_entry_test,
+       between_runs_one_arrival_is_taken_alone_and_completes_a_waiting_receive) {
+  ASSERT_NE(entry_, nullptr);
+  sync();
+  EXPECT_TRUE(hand_over_alone_on_reactor("one"));  // unexpected until a receive comes
+  EXPECT_TRUE(hand_over_on_reactor("two"));        // alone and in batches, in arrival order
+  EXPECT_TRUE(hand_over_alone_on_reactor("three"));
+  EXPECT_EQ(receive(), "one");
+  EXPECT_EQ(receive(), "two");
+  EXPECT_EQ(receive(), "three");
+
+  // A receive that waits in the actor is answered by the arrival taken alone.
+  caf::scoped_actor self{sys()};
+  auto waiting = self->request(rank_, 5s, recv_atom::value, peer, tag, caf::timespan{5s});
+  sync();  // the receive is posted
+  EXPECT_TRUE(hand_over_alone_on_reactor("four"));
+  waiting.receive([](const envelope& e) { EXPECT_EQ(e.data.view(), "four"); },
+                  [](caf::error& e) { FAIL() << caf::to_string(e); });
+  // Counted as a hand-off each, as a batch is.
+  caf::scoped_actor asker{sys()};
+  asker->request(rank_, 5s, stats_atom::value)
+      .receive([](const rank_stats& s) { EXPECT_EQ(s.batches, 4u); },
+               [](caf::error& e) { FAIL() << caf::to_string(e); });
+}
+
+TEST_F(rank_direct_entry_test, a_batch_still_in_the_mailbox_holds_a_lone_arrival_back_untouched) {
+  ASSERT_NE(entry_, nullptr);
+  sync();
+  std::promise<bool> second_taken;
+  inbound_message left;
+  {
+    testing::reactor_hold hold{reactor_};
+    // Runs on the reactor once the hold ends, before the actor's run that takes "first".
+    ASSERT_TRUE(reactor_.post([&] {
+      auto m = arrival("second");
+      const bool taken = entry_->take_arrival(m);
+      left = std::move(m);
+      second_taken.set_value(taken);
+    }));
+    EXPECT_FALSE(hand_over("first"));  // off the reactor thread: to the mailbox, run queued
+  }
+  EXPECT_FALSE(second_taken.get_future().get());  // would have overtaken "first"
+  EXPECT_EQ(text_of(left.payload), "second");     // still the caller's to batch
+  EXPECT_EQ(receive(), "first");
+  sync();
+  EXPECT_TRUE(hand_over_alone_on_reactor("third"));
+  EXPECT_EQ(receive(), "third");
+}
+
+TEST_F(rank_direct_entry_test, off_the_reactor_thread_a_lone_arrival_is_left_to_the_caller) {
+  ASSERT_NE(entry_, nullptr);
+  sync();
+  auto m = arrival("elsewhere");
+  EXPECT_FALSE(entry_->take_arrival(m));
+  EXPECT_EQ(text_of(m.payload), "elsewhere");
 }
 
 TEST_F(rank_direct_entry_test, a_rank_actor_on_cafs_workers_has_no_direct_entry) {
