@@ -411,9 +411,17 @@ bool reactor::timers_may_be_due() noexcept {
   return lent_ || std::exchange(waited_, false) || (++near_turns_ & 7) == 0;
 }
 
+// While the reactor spin-polls, no poll is armed on its sockets and no completion tells of their
+// input: a spinner elsewhere on this thread (an shm transport waiting for its ring) would keep a
+// TCP frame waiting until its own budget ran out (shm_config::max_spin, 40 µs), in a rank with
+// links of both kinds. So the look reads the pollers itself, every 32nd time: a read that finds
+// nothing is a system call, and the shm spin looks between every two pauses.
 bool reactor::work_waiting() noexcept {
-  return completions_waiting(ring_) || !local_.empty() ||
-         ((state_.load(std::memory_order_acquire) >> 1) & count_mask) != (consumed_ & count_mask);
+  if (completions_waiting(ring_) || !local_.empty() ||
+      ((state_.load(std::memory_order_acquire) >> 1) & count_mask) != (consumed_ & count_mask)) {
+    return true;
+  }
+  return spin_polling_ && !lent_ && (++waiting_looks_ & 31) == 0 && spin_poll_pollers();
 }
 
 // Busy-poll is off by default (reactor_config::busy_poll = 0). Measured on the 2-core VMs with

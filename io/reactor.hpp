@@ -238,7 +238,9 @@ class reactor {
 
   /// True when a completion or a post is waiting for this reactor (reactor thread only): a handler
   /// that spins on the reactor thread (the shm receiver) stops for it, since the work it waits
-  /// for may be exactly that post (an app thread's send) or completion.
+  /// for may be exactly that post (an app thread's send) or completion. While the pollers are
+  /// read by spinning, every 32nd call reads them too (and their handlers run in it): true when
+  /// one found input.
   bool work_waiting() noexcept;
 
   /// Number of caller ops with a completion still to come (reactor thread only; tests and stats).
@@ -332,6 +334,7 @@ class reactor {
   bool spin_polling_ = false;
   unsigned busy_turns_ = 0;
   static constexpr unsigned spin_poll_turns = 16;
+  unsigned waiting_looks_ = 0;  // work_waiting() calls while spin-polling: every 32nd reads
 
   bool stopping_ = false;
   clock::time_point last_cancel_{};

@@ -170,6 +170,39 @@ TEST(tcp_spin_poll, a_reactor_that_stops_spinning_arms_the_poll_and_wakes_for_in
   EXPECT_TRUE(p.handler.intact);
 }
 
+// Another spinner on the reactor thread (an shm transport waiting for its ring: io/shm_transport's
+// spin_for_frames) asks work_waiting() between its pauses. While the reactor spin-polls, no poll is
+// armed on the socket, so no completion tells of a frame: work_waiting() reads the socket itself
+// now and then, and the spinner gives way at once instead of spinning out its budget.
+TEST(tcp_spin_poll, a_frame_that_comes_during_another_spin_on_the_thread_ends_that_spin) {
+  spinning_pair p{200ms};
+  ASSERT_TRUE(p.exchange_small_frames(2));
+  ASSERT_EQ(p.r.ops_in_flight(), 0u) << "not spin-polling: the test would prove nothing";
+  constexpr auto spin_budget = 3s;
+  std::chrono::steady_clock::duration spun{};
+  std::size_t frames_when_it_ended = 0;
+  bool spun_once = false;
+  ASSERT_TRUE(p.r.post([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!p.r.work_waiting() && std::chrono::steady_clock::now() - t0 < spin_budget) {
+    }
+    spun = std::chrono::steady_clock::now() - t0;
+    frames_when_it_ended = p.handler.seqs.size();
+    spun_once = true;
+  }));
+  std::thread writer{[&] {
+    std::this_thread::sleep_for(50ms);  // the spinner spins by then
+    EXPECT_TRUE(p.send(3, 100));
+  }};
+  ASSERT_TRUE(drive_until(
+      p.r, [&] { return spun_once; }, p.turn));
+  writer.join();
+  EXPECT_LT(spun, 1s) << "the spinner spun out its budget: the frame went unseen";
+  EXPECT_EQ(frames_when_it_ended, 3u);
+  ASSERT_TRUE(p.frames_in(3));
+  EXPECT_TRUE(p.handler.intact);
+}
+
 // The peer goes while the reactor spins: the spin's read sees the end and closes the transport.
 TEST(tcp_spin_poll, a_peer_that_closes_while_the_reactor_spins_ends_the_transport) {
   spinning_pair p{200ms};
