@@ -28,11 +28,11 @@ using namespace std::chrono_literals;
 using testing::caf_test;
 
 constexpr std::uint32_t peer = 1;
+constexpr std::uint64_t tag = 7;
 
 std::string text_of(const io::buffer_slice& s) {
   return {reinterpret_cast<const char*>(s.data()), s.size()};
 }
-constexpr std::uint64_t tag = 7;
 
 class rank_direct_entry_test : public caf_test {
  protected:
