@@ -317,6 +317,10 @@ TEST(node_test, a_killed_rank_actor_is_restarted_and_works) {
     caf::scoped_actor self{n.system()};
     auto first = n.rank_actor();
     ASSERT_TRUE(first);
+    // An arrival before the kill: the reactor thread's copy of the rank slot names `first` now,
+    // and must move to its successor (the generation) rather than hand arrivals to a dead entry.
+    send(self, first, 0, 1, text(n, "before"));
+    EXPECT_EQ(receive(self, first, 0, 1).data.view(), "before");
     self->send_exit(first, caf::exit_reason::kill);
     rank_actor second;
     for (int i = 0; i < 5000; ++i) {
