@@ -243,7 +243,7 @@ class hosted_app final : public on_reactor_thread<caf::event_based_actor> {
   // with what came and whether every step ran on the reactor thread.
   caf::behavior make_behavior() override {
     return {[this](relay_atom, const std::string& text) -> caf::result<std::string, bool> {
-      auto done = make_response_promise<std::string, bool>();
+      auto answer = make_response_promise<std::string, bool>();
       auto p = payload::copy_of(node_->pool(), text).value();
       bool on_reactor = on_loop();
       request(rank_, caf::infinite, send_atom::value, std::uint32_t{0}, std::uint64_t{9},
@@ -255,12 +255,12 @@ class hosted_app final : public on_reactor_thread<caf::event_based_actor> {
                         caf::timespan{std::chrono::seconds{5}})
                     .then(
                         [=, this](const envelope& e) mutable {
-                          done.deliver(std::string{e.data.view()}, on_reactor && on_loop());
+                          answer.deliver(std::string{e.data.view()}, on_reactor && on_loop());
                         },
-                        [=](caf::error& e) mutable { done.deliver(std::move(e)); });
+                        [=](caf::error& e) mutable { answer.deliver(std::move(e)); });
               },
-              [=](caf::error& e) mutable { done.deliver(std::move(e)); });
-      return done;
+              [=](caf::error& e) mutable { answer.deliver(std::move(e)); });
+      return answer;
     }};
   }
 
