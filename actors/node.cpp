@@ -238,12 +238,7 @@ node::node(node_config config, transport_factory make_transport)
       [this, rank_cfg](caf::actor_system& sys) {
         auto rank = actors::spawn_rank_actor(sys, rank_cfg, outbox_, rank_host_.get());
         auto a = caf::actor_cast<caf::actor>(rank);
-        {
-          const std::lock_guard lock{rank_slot_.mutex};
-          rank_slot_.current = a;
-          rank_slot_.direct = actors::direct_entry_of(rank);
-          rank_slot_.generation.fetch_add(1, std::memory_order_release);
-        }
+        rank_slot_.set(a, actors::direct_entry_of(rank));
         rank_slot_.changed.notify_all();
         return a;
       },
@@ -290,13 +285,8 @@ void node::on_root_event(const actors::supervisor_event& e) {
     slot.current = nullptr;
   };
   if (e.what == kind::failed || e.what == kind::escalated) {
-    if (e.child == "rank") {
-      // The entry is the failed actor's: no flush may call into it once the handle is gone.
-      const std::lock_guard lock{rank_slot_.mutex};
-      rank_slot_.current = nullptr;
-      rank_slot_.direct = nullptr;
-      rank_slot_.generation.fetch_add(1, std::memory_order_release);
-    }
+    // The entry is the failed actor's: no flush may call into it once the handle is gone.
+    if (e.child == "rank") rank_slot_.set(nullptr, nullptr);
     for (std::uint32_t p = 0; p < link_slots_.size(); ++p) {
       if (link_slots_[p] && e.child == link_child_name(p)) clear(*link_slots_[p]);
     }
@@ -403,12 +393,7 @@ void node::stop() {
   rank_batcher_.reset();
   link_batchers_.clear();
   if (observer_) observer_->forget_rank();
-  {
-    const std::lock_guard lock{rank_slot_.mutex};
-    rank_slot_.current = nullptr;
-    rank_slot_.direct = nullptr;
-    rank_slot_.generation.fetch_add(1, std::memory_order_release);
-  }
+  rank_slot_.set(nullptr, nullptr);
   for (auto& slot : link_slots_) {
     if (!slot) continue;
     const std::lock_guard lock{slot->mutex};

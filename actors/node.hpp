@@ -26,6 +26,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/actor.hpp>
@@ -176,8 +177,15 @@ class node {
     caf::actor current;
   };
   struct rank_slot : actor_slot {
+    /// The only way current and direct change: together, and with the generation moved.
+    void set(caf::actor actor, actors::rank_direct_entry* entry) {
+      const std::lock_guard lock{mutex};
+      current = std::move(actor);
+      direct = entry;
+      generation.fetch_add(1, std::memory_order_release);
+    }
     actors::rank_direct_entry* direct = nullptr;  // current's, when it lives on the reactor
-    // Bumped (under the mutex) whenever current changes: the reactor thread keeps its own copy
+    // Moved (under the mutex) whenever current changes: the reactor thread keeps its own copy
     // of the slot and reads this one only when the number moved (node::observer).
     std::atomic<std::uint64_t> generation{0};
   };

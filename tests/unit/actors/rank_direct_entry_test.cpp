@@ -79,14 +79,12 @@ class rank_direct_entry_test : public caf_test {
   }
 
   // One message handed over alone (take_arrival), on the reactor thread; true when the entry
-  // took it. One that it leaves comes back in `left`, untouched.
-  bool hand_over_alone_on_reactor(std::string_view text, inbound_message* left = nullptr) {
+  // took it.
+  bool hand_over_alone_on_reactor(std::string_view text) {
     std::promise<bool> took;
     EXPECT_TRUE(reactor_.post([&] {
       auto m = arrival(text);
-      const bool taken = entry_->take_arrival(m);
-      if (!taken && left != nullptr) *left = std::move(m);
-      took.set_value(taken);
+      took.set_value(entry_->take_arrival(m));
     }));
     return took.get_future().get();
   }
@@ -181,8 +179,7 @@ TEST_F(rank_direct_entry_test,
   waiting.receive([](const envelope& e) { EXPECT_EQ(e.data.view(), "four"); },
                   [](caf::error& e) { FAIL() << caf::to_string(e); });
   // Counted as a hand-off each, as a batch is.
-  caf::scoped_actor asker{sys()};
-  asker->request(rank_, 5s, stats_atom::value)
+  self->request(rank_, 5s, stats_atom::value)
       .receive([](const rank_stats& s) { EXPECT_EQ(s.batches, 4u); },
                [](caf::error& e) { FAIL() << caf::to_string(e); });
 }
