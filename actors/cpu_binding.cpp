@@ -1,10 +1,12 @@
 #include "actors/cpu_binding.hpp"
 
 #include <hwloc.h>
+#include <sched.h>
 
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "actors/errc.hpp"
 #include "io/log.hpp"
@@ -32,6 +34,16 @@ std::string_view to_string(cpu_binding b) noexcept {
     case cpu_binding::automatic: return "auto";
   }
   return "?";
+}
+
+unsigned usable_cpus() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) {
+    return static_cast<unsigned>(CPU_COUNT(&set));
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : hw;
 }
 
 int core_for_rank(cpu_binding policy, std::uint32_t local_rank, std::uint32_t local_ranks,

@@ -31,6 +31,10 @@ std::string_view to_string(cpu_binding b) noexcept;
 /// VESSEL_BIND parsed, or `fallback` when it is unset or empty.
 detailed_result<cpu_binding> cpu_binding_from_env(const env_view& env, cpu_binding fallback);
 
+/// The CPUs this process may run on (its affinity mask), at least 1: what the host's ranks share
+/// before any is bound. More ranks on the host than this is oversubscribed.
+unsigned usable_cpus() noexcept;
+
 /// Which core (an index among the usable cores) a rank binds to, or -1 for none: a pure function
 /// of the policy and the counts, so that the policy is tested without touching affinity.
 int core_for_rank(cpu_binding policy, std::uint32_t local_rank, std::uint32_t local_ranks,

@@ -30,6 +30,14 @@ namespace {
 constexpr const char* threads_var = "VESSEL_CAF_THREADS";
 constexpr const char* scheduler_var = "VESSEL_CAF_SCHEDULER";
 constexpr const char* rank_thread_var = "VESSEL_RANK_ACTOR_THREAD";
+constexpr const char* progress_var = "VESSEL_PROGRESS";
+constexpr const char* yield_var = "VESSEL_YIELD_WHEN_IDLE";
+
+io::reactor_config reactor_config_of(const node_config& c) {
+  io::reactor_config r = c.reactor;
+  r.lendable = c.caller_progress.enabled;
+  return r;
+}
 constexpr auto start_timeout = 10s;
 constexpr auto stop_timeout = 30s;
 
@@ -82,6 +90,23 @@ actors::detailed_result<void> node_config::apply_env(const actors::env_view& env
                           std::string{rank_thread_var} + "='" + *v +
                               "' is not where the rank actor runs: reactor or caf");
     }
+  }
+  if (auto v = env.get(progress_var); v && !v->empty()) {
+    if (*v != "caller" && *v != "thread") {
+      return actors::fail(actors::errc::malformed_number, std::string{progress_var} + "='" + *v +
+                                                              "' is neither 'caller' nor 'thread'");
+    }
+    caller_progress.enabled = *v == "caller";
+  }
+  auto spin = actors::env_number(env, "VESSEL_PROGRESS_SPIN_US", caller_progress.spin.count());
+  if (!spin) return spin.error();
+  caller_progress.spin = std::chrono::microseconds{spin.value()};
+  if (auto v = env.get(yield_var); v && !v->empty()) {
+    if (*v != "0" && *v != "1") {
+      return actors::fail(actors::errc::malformed_number,
+                          std::string{yield_var} + "='" + *v + "' is neither 0 nor 1");
+    }
+    caller_progress.yield_when_idle = *v == "1";
   }
   return outcome::success();
 }
@@ -139,7 +164,8 @@ class node::observer final : public actors::mesh_observer {
 node::node(node_config config, transport_factory make_transport)
     : config_{std::move(config)},
       pool_{std::make_unique<io::buffer_pool>(config_.pool)},
-      reactor_{config_.reactor} {
+      reactor_{reactor_config_of(config_)},
+      waiters_yield_{config_.caller_progress.yield_when_idle.value_or(false)} {
   if (config_.world_size < 1 || config_.rank >= config_.world_size) {
     throw std::system_error(actors::errc::rank_out_of_range,
                             "node: rank " + std::to_string(config_.rank) + " in a world of " +

@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -88,12 +89,26 @@ struct node_config {
   actors::outbox_config outbox{};
   /// Per destination, sends whose reply waits, before actor_errc::send_pushed_back.
   std::size_t max_waiting_sends = 4096;
+  /// The reactor; `lendable` is set from caller_progress.
   io::reactor_config reactor{};
+  /// Threads outside the actor system that wait on the node (actors::driving_scoped_actor) run
+  /// its reactor loop themselves while they wait, as vessel::comm's waiters do: the rank actor's
+  /// reply then needs no thread hand-off. VESSEL_PROGRESS (`caller` or `thread`),
+  /// VESSEL_PROGRESS_SPIN_US, VESSEL_YIELD_WHEN_IDLE.
+  struct caller_progress_config {
+    bool enabled = true;
+    /// How long a waiter drives the loop with no frame arriving before it hands it back and
+    /// sleeps (actors::drive_budget).
+    std::chrono::microseconds spin{200};
+    /// Whether a waiter yields the CPU between turns; unset: launched_node decides (on when the
+    /// host runs more ranks than the process may use CPUs).
+    std::optional<bool> yield_when_idle;
+  } caller_progress{};
   /// The pool for payloads apps send (and the loopback's messages).
   io::buffer_pool_config pool = io::buffer_pool_config::defaults();
 
-  /// Reads VESSEL_CAF_THREADS, VESSEL_CAF_SCHEDULER and VESSEL_RANK_ACTOR_THREAD; a malformed
-  /// value is an error naming it.
+  /// Reads VESSEL_CAF_THREADS, VESSEL_CAF_SCHEDULER, VESSEL_RANK_ACTOR_THREAD, VESSEL_PROGRESS,
+  /// VESSEL_PROGRESS_SPIN_US and VESSEL_YIELD_WHEN_IDLE; a malformed value is an error naming it.
   actors::detailed_result<void> apply_env(const actors::env_view& env);
 
   /// 16 MiB or 1024 messages unexpected.
@@ -151,6 +166,14 @@ class node {
   /// that serves every link, so they must neither block nor compute for long. Null when
   /// rank_actor_on_reactor is off.
   actors::reactor_execution_unit* reactor_host() noexcept { return rank_host_.get(); }
+
+  /// Caller-driven waits (actors::driving_scoped_actor): the configuration, and whether a waiter
+  /// yields between turns now (any thread; set_waiters_yield once the host's ranks are known).
+  const node_config::caller_progress_config& caller_progress() const noexcept {
+    return config_.caller_progress;
+  }
+  bool waiters_yield() const noexcept { return waiters_yield_.load(std::memory_order_relaxed); }
+  void set_waiters_yield(bool on) noexcept { waiters_yield_.store(on, std::memory_order_relaxed); }
   /// The root supervisor (send it start_child_atom / child_atom directly if you like).
   const caf::actor& root() const noexcept { return root_; }
 
@@ -214,6 +237,7 @@ class node {
   std::set<std::uint32_t> lost_peers_;
   bool failed_ = false;
   bool stopped_ = false;
+  std::atomic<bool> waiters_yield_{false};
 };
 
 }  // namespace vessel

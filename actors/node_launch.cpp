@@ -139,9 +139,15 @@ detailed_result<void> launched_node::boot(const actors::env_view& env,
     if (auto connected = mesh_->connect(*store_client_, left()); !connected) {
       return connected.error();
     }
-    logger().info("rank {}: every peer link is up", rank);
-    auto bound = actors::bind_rank_process(options.bind, rank, mesh_->rank_on_this_host(),
-                                           mesh_->ranks_on_this_host());
+    const std::uint32_t on_host = mesh_->ranks_on_this_host();
+    const unsigned cpus = actors::usable_cpus();  // before binding: what the host's ranks share
+    node_->set_waiters_yield(nc.caller_progress.yield_when_idle.value_or(on_host > cpus));
+    logger().info(
+        "rank {}: every peer link is up (waiting threads: {}; {} rank(s) on this host, "
+        "{} CPU(s): waiters {})",
+        rank, nc.caller_progress.enabled ? "drive the loop" : "sleep", on_host, cpus,
+        node_->waiters_yield() ? "yield between turns" : "spin");
+    auto bound = actors::bind_rank_process(options.bind, rank, mesh_->rank_on_this_host(), on_host);
     if (!bound) return bound.error();
     if (bound.value().core >= 0) {
       node_->reactor().set_busy_poll(options.bound_reactor_spin, /*yield_while_polling=*/true);

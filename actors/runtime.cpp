@@ -27,17 +27,6 @@
 namespace vessel::actors {
 namespace {
 
-/// The CPUs this process may run on (its affinity mask), at least 1.
-unsigned usable_cpus() noexcept {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) {
-    return static_cast<unsigned>(CPU_COUNT(&set));
-  }
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : hw;
-}
-
 using namespace std::chrono_literals;
 using clock = std::chrono::steady_clock;
 

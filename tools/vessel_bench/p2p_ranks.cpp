@@ -24,6 +24,7 @@
 
 #include "actors/actor_errc.hpp"
 #include "actors/comm.hpp"
+#include "actors/driving_scoped_actor.hpp"
 #include "actors/node.hpp"
 #include "actors/node_launch.hpp"
 #include "actors/rank_port.hpp"
@@ -165,16 +166,19 @@ bool actor_copies_from_env() {
 }
 
 /// The actor API: a launched_node (what an actor app starts: bootstrap, store, mesh, binding),
-/// driven through its rank actor with CAF request/response from a scoped actor (what an app
-/// outside the actor system does). A message larger than one pool block goes as several
-/// rank-actor sends of one block each (actor_message). The pools are those an actor app gets by
-/// default (node_launch_options), the payload pool's largest class grown to hold the largest
-/// message: neither pre-faulted, so the warm-up round touches what the run uses.
+/// driven through its rank actor with CAF request/response from a scoped actor that runs the
+/// node's loop while it waits (actors::driving_scoped_actor: what an app outside the actor system
+/// uses; with VESSEL_PROGRESS=thread it sleeps on its mailbox as a caf::scoped_actor does). A
+/// message larger than one pool block goes as several rank-actor sends of one block each
+/// (actor_message). The pools are those an actor app gets by default (node_launch_options), the
+/// payload pool's largest class grown to hold the largest message: neither pre-faulted, so the
+/// warm-up round touches what the run uses.
 class actor_channel : public p2p_channel {
  public:
-  actor_channel(std::size_t max_message, bool copies) {
-    auto launched =
-        launched_node::start(actors::env_view::process(), actor_launch_options(max_message));
+  actor_channel(std::size_t max_message, bool copies, bool caller_progress = true) {
+    auto options = actor_launch_options(max_message);
+    options.node.caller_progress.enabled = caller_progress;
+    auto launched = launched_node::start(actors::env_view::process(), std::move(options));
     if (!launched) fail("launch: " + launched.error().message());
     launched_ = std::move(launched).value();
     if (launched_->launch().world_size != 2) fail("needs a world of 2 ranks");
@@ -182,7 +186,7 @@ class actor_channel : public p2p_channel {
     node_ = &launched_->node();
     message_.emplace(
         std::min(node_->pool().max_block_size(), launched_->mesh().max_message_bytes()), copies);
-    self_ = std::make_unique<caf::scoped_actor>(node_->system());
+    self_ = std::make_unique<actors::driving_scoped_actor>(*node_);
     for (int i = 0; i < 10000 && !rank_actor_; ++i) {
       rank_actor_ = node_->rank_actor();
       if (!rank_actor_) std::this_thread::sleep_for(1ms);
@@ -256,7 +260,7 @@ class actor_channel : public p2p_channel {
  protected:
   vessel::node& node() const noexcept { return *node_; }
   const actors::rank_actor& rank_handle() const noexcept { return rank_actor_; }
-  caf::scoped_actor& self() noexcept { return *self_; }
+  actors::driving_scoped_actor& self() noexcept { return *self_; }
   const actor_message& message() const noexcept { return *message_; }
 
  private:
@@ -264,7 +268,7 @@ class actor_channel : public p2p_channel {
   vessel::node* node_ = nullptr;  // launched_'s
   std::uint32_t rank_ = 0;
   std::optional<actor_message> message_;
-  std::unique_ptr<caf::scoped_actor> self_;
+  std::unique_ptr<actors::driving_scoped_actor> self_;
   actors::rank_actor rank_actor_;
 };
 
@@ -466,7 +470,10 @@ class hosted_loops final : public actors::on_reactor_thread<caf::event_based_act
 /// The actor API from an app that is itself an actor on the node's reactor thread.
 class hosted_channel final : public actor_channel {
  public:
-  hosted_channel(std::size_t max_message, bool copies) : actor_channel{max_message, copies} {
+  // Nothing outside the actor system waits on the node here but to start the loops, and a waiter
+  // that drove its loop would run them on this thread: the node's caller progress is off.
+  hosted_channel(std::size_t max_message, bool copies)
+      : actor_channel{max_message, copies, /*caller_progress=*/false} {
     auto* host = node().reactor_host();
     if (host == nullptr) fail("the rank actor is not on the reactor (VESSEL_RANK_ACTOR_THREAD)");
     loops_ = node().system().spawn<hosted_loops>(host, &node(), rank_handle(), rank(), message());
