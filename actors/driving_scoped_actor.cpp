@@ -4,14 +4,19 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/make_actor.hpp>
 
+#include "actors/actor_errc.hpp"
 #include "actors/drive_budget.hpp"
 #include "actors/node.hpp"
+#include "actors/rank_actor.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -19,7 +24,7 @@ namespace {
 using clock = std::chrono::steady_clock;
 
 /// caf::scoped_actor's own actor, but its waits drive the node's loop first.
-class driving_actor final : public caf::blocking_actor {
+class driving_actor final : public caf::blocking_actor, private receive_waiter {
  public:
   driving_actor(caf::actor_config& cfg, vessel::node* n) : blocking_actor{cfg}, node_{n} {
     setf(is_detached_flag);
@@ -45,8 +50,55 @@ class driving_actor final : public caf::blocking_actor {
     return blocking_actor::await_data(timeout);
   }
 
+  caf::error send_to(const rank_actor& rank, std::uint32_t dst, std::uint64_t tag, payload data) {
+    if (auto* direct = direct_entry_of(rank); direct != nullptr && node_->reactor().borrow()) {
+      const auto outcome = direct->try_send(dst, tag, data);
+      node_->reactor().give_back(true);
+      switch (outcome) {
+        case rank_direct_entry::send_outcome::sent:
+          direct_sends.fetch_add(1, std::memory_order_relaxed);
+          return {};
+        case rank_direct_entry::send_outcome::stopped:
+          return to_caf_error(actor_errc::node_stopped, "the node's reactor has stopped");
+        case rank_direct_entry::send_outcome::not_taken: break;  // no room now: the request waits
+      }
+    }
+    caf::error failed;
+    request(rank, caf::infinite, send_atom::value, dst, tag, std::move(data))
+        .receive([](sent_atom) {}, [&](caf::error& e) { failed = std::move(e); });
+    return failed;
+  }
+
+  caf::expected<envelope> receive_from(const rank_actor& rank, std::uint32_t source,
+                                       std::uint64_t tag, caf::timespan timeout) {
+    if (auto* direct = direct_entry_of(rank); direct != nullptr && node_->reactor().borrow()) {
+      io::reactor& r = node_->reactor();
+      std::optional<envelope> got;
+      direct_wait wait{timeout, this, caf::actor_cast<caf::weak_actor_ptr>(this), begin_wait()};
+      switch (direct->try_receive(source, tag, wait, got)) {
+        case rank_direct_entry::receive_outcome::taken:
+          r.give_back(true);
+          direct_receives.fetch_add(1, std::memory_order_relaxed);
+          return std::move(*got);
+        case rank_direct_entry::receive_outcome::waiting:
+          direct_receives.fetch_add(1, std::memory_order_relaxed);
+          return finish_wait(r);
+        case rank_direct_entry::receive_outcome::not_taken:  // nothing here, no time to wait
+          r.give_back(true);
+          break;
+      }
+    }
+    std::optional<caf::expected<envelope>> out;
+    request(rank, caf::infinite, recv_atom::value, source, tag, timeout)
+        .receive([&](envelope& e) { out.emplace(std::move(e)); },
+                 [&](caf::error& e) { out.emplace(std::move(e)); });
+    return std::move(*out);
+  }
+
   std::atomic<std::uint64_t> driven_waits{0};
   std::atomic<std::uint64_t> sleeping_waits{0};
+  std::atomic<std::uint64_t> direct_sends{0};
+  std::atomic<std::uint64_t> direct_receives{0};
 
  private:
   // What the base's wait looks for: a message not yet looked at (skipped ones stay cached).
@@ -79,7 +131,66 @@ class driving_actor final : public caf::blocking_actor {
     r.give_back(finished);
   }
 
+  // -- a receive posted by a call -------------------------------------------------------------
+
+  std::uint64_t begin_wait() {
+    const std::lock_guard lock{wait_mutex_};
+    wait_result_.reset();
+    wait_done_.store(false, std::memory_order_relaxed);
+    return ++wait_token_;
+  }
+
+  // From the rank actor, on whichever thread holds the loop: this one while it drives, else the
+  // reactor thread, whose result wakes our sleep.
+  void received(std::uint64_t token, caf::expected<envelope> result,
+                caf::strong_actor_ptr) override {
+    {
+      const std::lock_guard lock{wait_mutex_};
+      if (token != wait_token_) return;  // a wait given up as the node stopped
+      wait_result_.emplace(std::move(result));
+      wait_done_.store(true, std::memory_order_release);
+    }
+    wait_changed_.notify_one();
+  }
+
+  // Drives the loop until the posted receive completes (or the budget runs out), then sleeps
+  // until it does. The rank actor times it out; only a node that stops leaves it unanswered.
+  caf::expected<envelope> finish_wait(io::reactor& r) {
+    drive_budget budget{node_->caller_progress().spin, clock::time_point::max()};
+    const bool yield = node_->waiters_yield();
+    bool finished = false;
+    for (unsigned i = 0;; ++i) {
+      r.borrowed_turn();
+      if (wait_done_.load(std::memory_order_acquire)) {
+        finished = true;
+        for (int more = 0; more < 4 && r.work_waiting(); ++more) r.borrowed_turn();
+        break;
+      }
+      if (r.stop_requested()) break;
+      if (yield) ::sched_yield();
+      if ((i & 63) == 63 && !budget.keep_going(clock::now(), r.arrivals())) break;
+    }
+    r.give_back(finished);
+    std::unique_lock lock{wait_mutex_};
+    if (!finished) sleeping_waits.fetch_add(1, std::memory_order_relaxed);
+    while (!wait_result_) {
+      if (wait_changed_.wait_for(lock, std::chrono::milliseconds{10}) == std::cv_status::timeout &&
+          !wait_result_ && r.stop_requested()) {
+        ++wait_token_;
+        return to_caf_error(actor_errc::node_stopped, "the node stopped during a receive");
+      }
+    }
+    auto out = std::move(*wait_result_);
+    wait_result_.reset();
+    return out;
+  }
+
   vessel::node* node_;
+  std::mutex wait_mutex_;
+  std::condition_variable wait_changed_;
+  std::uint64_t wait_token_ = 0;                        // under wait_mutex_
+  std::optional<caf::expected<envelope>> wait_result_;  // under wait_mutex_
+  std::atomic<bool> wait_done_{false};                  // read without it while driving
 };
 
 driving_actor& impl(const caf::strong_actor_ptr& p) {
@@ -114,6 +225,24 @@ std::uint64_t driving_scoped_actor::driven_waits() const noexcept {
 
 std::uint64_t driving_scoped_actor::sleeping_waits() const noexcept {
   return impl(self_).sleeping_waits.load(std::memory_order_relaxed);
+}
+
+std::uint64_t driving_scoped_actor::direct_sends() const noexcept {
+  return impl(self_).direct_sends.load(std::memory_order_relaxed);
+}
+
+std::uint64_t driving_scoped_actor::direct_receives() const noexcept {
+  return impl(self_).direct_receives.load(std::memory_order_relaxed);
+}
+
+caf::error driving_scoped_actor::send(const rank_actor& rank, std::uint32_t dst, std::uint64_t tag,
+                                      payload data) {
+  return impl(self_).send_to(rank, dst, tag, std::move(data));
+}
+
+caf::expected<envelope> driving_scoped_actor::receive(const rank_actor& rank, std::uint32_t source,
+                                                      std::uint64_t tag, caf::timespan timeout) {
+  return impl(self_).receive_from(rank, source, tag, timeout);
 }
 
 }  // namespace vessel::actors

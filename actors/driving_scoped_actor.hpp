@@ -18,11 +18,26 @@
 //   self->request(node.rank_actor(), caf::infinite, actors::recv_atom::value, src, tag)
 //       .receive([](const actors::envelope& e) { ... }, [](caf::error& err) { ... });
 //
+// send() and receive() do what those two requests do, as calls into the rank actor when the
+// loop is this thread's and the rank actor can answer at once (rank_direct_entry, as an app
+// actor's rank_port does): a request and its reply are two mailbox elements, a posted
+// resumption and two dispatches, most of what an 8-byte message costs once no thread is crossed.
+// A receive whose message is not here yet waits in the rank actor in order with every other
+// receive, and this thread drives the loop until it completes. Anywhere else they are the
+// requests. Do not mix them with requests to the rank actor still unanswered from this actor:
+// a call could overtake them.
+//
 // Like a scoped_actor, it belongs to the thread that made it; that thread must not be a CAF
 // worker or the reactor's.
 
+#include <cstdint>
+
 #include <caf/blocking_actor.hpp>
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
 #include <caf/scoped_execution_unit.hpp>
+
+#include "actors/actor_interfaces.hpp"
 
 namespace vessel {
 class node;
@@ -42,6 +57,15 @@ class driving_scoped_actor {
   caf::blocking_actor& operator*() const noexcept { return *ptr(); }
   caf::blocking_actor* ptr() const noexcept;
   caf::actor_addr address() const { return ptr()->address(); }
+
+  /// The reply to (send_atom, dst, tag, data) from `rank`: none once sent, else its error.
+  caf::error send(const rank_actor& rank, std::uint32_t dst, std::uint64_t tag, payload data);
+  /// The reply to (recv_atom, source, tag, timeout) from `rank` (rank_any_source, rank_any_tag).
+  caf::expected<envelope> receive(const rank_actor& rank, std::uint32_t source, std::uint64_t tag,
+                                  caf::timespan timeout);
+  /// Sends and receives that went as calls (the rest went as requests).
+  std::uint64_t direct_sends() const noexcept;
+  std::uint64_t direct_receives() const noexcept;
 
   /// Waits that ran the loop, and those that went to sleep on the mailbox (the loop not
   /// borrowed, or handed back after the spin): which way this actor's replies came.

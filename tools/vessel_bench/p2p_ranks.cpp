@@ -210,27 +210,19 @@ class actor_channel : public p2p_channel {
         p = message_->piece(node_->pool(), data, offset, n);
       }
       if (!p) fail("payload: " + p.error().message());
-      (*self_)
-          ->request(rank_actor_, caf::infinite, actors::send_atom::value, 1 - rank_, tag,
-                    std::move(p).value())
-          .receive([](actors::sent_atom) {},
-                   [](caf::error& e) { fail("send: " + actors::describe(e)); });
+      if (auto e = self_->send(rank_actor_, 1 - rank_, tag, std::move(p).value())) {
+        fail("send: " + actors::describe(e));
+      }
       offset += n;
     } while (offset < data.size());
   }
 
   void recv(std::span<std::byte> into, std::uint64_t tag) override {
     do {
-      std::size_t got = 0;
-      (*self_)
-          ->request(rank_actor_, caf::infinite, actors::recv_atom::value, 1 - rank_, tag,
-                    caf::timespan{exchange_timeout})
-          .receive(
-              [&](const actors::envelope& e) {
-                got = std::min(e.data.size(), into.size());
-                message_->take(into, e, got);
-              },
-              [](caf::error& e) { fail("recv: " + actors::describe(e)); });
+      auto e = self_->receive(rank_actor_, 1 - rank_, tag, caf::timespan{exchange_timeout});
+      if (!e) fail("recv: " + actors::describe(e.error()));
+      const std::size_t got = std::min(e->data.size(), into.size());
+      message_->take(into, *e, got);
       if (got == 0 && !into.empty()) fail("recv: an empty piece");
       into = into.subspan(got);
     } while (!into.empty());

@@ -18,6 +18,7 @@
 
 #include "actors/actor_errc.hpp"
 #include "actors/auth.hpp"
+#include "actors/errc.hpp"
 #include "actors/kv_store_client.hpp"
 #include "actors/kv_store_server.hpp"
 #include "actors/mesh.hpp"
@@ -155,6 +156,70 @@ TEST(driving_scoped_actor_test, two_waiting_threads_share_the_loop) {
   n.stop();
 }
 
+// send() and receive() go as calls into the rank actor: what is here is taken at once, a receive
+// that must wait completes when its message comes (from another thread here), and order per
+// (source, tag) holds across both kinds.
+TEST(driving_scoped_actor_test, sends_and_receives_go_as_calls_into_the_rank_actor) {
+  vessel::node n{one_rank()};
+  {
+    driving_scoped_actor self{n};
+    const rank_actor rank = n.rank_actor();
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_FALSE(self.send(rank, 0, 7, payload::copy_of(n.pool(), std::to_string(i)).value()));
+    }
+    for (int i = 0; i < 100; ++i) {
+      auto got = self.receive(rank, 0, rank_any_tag, caf::timespan{5s});
+      ASSERT_TRUE(got) << describe(got.error());
+      ASSERT_EQ(got->data.view(), std::to_string(i));
+      EXPECT_EQ(got->source, 0u);
+      EXPECT_EQ(got->tag, 7u);
+    }
+    EXPECT_EQ(self.direct_sends(), 100u);
+    EXPECT_EQ(self.direct_receives(), 100u);
+
+    std::thread later{[&n] {
+      std::this_thread::sleep_for(30ms);
+      driving_scoped_actor other{n};
+      ASSERT_FALSE(other.send(n.rank_actor(), 0, 8, payload::copy_of(n.pool(), "late").value()));
+    }};
+    auto got = self.receive(rank, rank_any_source, 8, caf::timespan{10s});
+    later.join();
+    ASSERT_TRUE(got) << describe(got.error());
+    EXPECT_EQ(got->data.view(), "late");
+    EXPECT_EQ(self.direct_receives(), 101u);
+
+    // The rank actor's answers that are errors come back as they would to the requests.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto none = self.receive(rank, 0, 42, caf::timespan{30ms});
+    ASSERT_FALSE(none);
+    EXPECT_EQ(from_caf_error(none.error()), make_error_code(actor_errc::receive_timeout));
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 30ms);
+    auto refused = self.send(rank, 5, 1, payload::copy_of(n.pool(), "x").value());
+    EXPECT_EQ(from_caf_error(refused), make_error_code(errc::rank_out_of_range));
+  }
+  n.stop();
+}
+
+// A receive waiting in the rank actor when the node stops ends with an error, not a hang.
+TEST(driving_scoped_actor_test, a_waiting_receive_ends_when_the_node_stops) {
+  vessel::node n{one_rank(true, 1ms)};
+  std::promise<caf::error> ended;
+  std::thread waiter{[&] {
+    driving_scoped_actor self{n};
+    auto got = self.receive(n.rank_actor(), 0, 1, caf::timespan{60s});
+    ended.set_value(got ? caf::error{} : got.error());
+  }};
+  std::this_thread::sleep_for(50ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  n.stop();
+  auto done = ended.get_future();
+  ASSERT_EQ(done.wait_for(10s), std::future_status::ready);
+  const caf::error e = done.get();
+  EXPECT_EQ(from_caf_error(e), make_error_code(actor_errc::node_stopped)) << describe(e);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  waiter.join();
+}
+
 cluster_token test_token() {
   std::vector<std::byte> bytes(32, std::byte{'d'});
   return std::move(cluster_token::from_bytes(bytes, "driving test").value());
@@ -182,8 +247,9 @@ std::unique_ptr<vessel::node> mesh_node(std::uint32_t rank, const cluster_token&
   });
 }
 
-// A ping-pong between two nodes' driving actors over loopback TCP, the connection cut from
-// outside halfway: every message arrives once, in order.
+// A ping-pong between two nodes' driving actors over loopback TCP, one side with requests, the
+// other with the calls, the connection cut from outside halfway: every message arrives once, in
+// order.
 TEST(driving_scoped_actor_test, a_ping_pong_between_two_nodes_survives_a_cut_connection) {
   io::reactor store_reactor;
   ASSERT_TRUE(store_reactor.start());
@@ -210,11 +276,15 @@ TEST(driving_scoped_actor_test, a_ping_pong_between_two_nodes_survives_a_cut_con
   std::thread echo{[&] {
     driving_scoped_actor self{*n1};
     const rank_actor rank = n1->rank_actor();
-    for (int i = 0; i < rounds; ++i) {
-      const std::string got = receive(self, rank, 0, 5);
-      ASSERT_EQ(got, "ping " + std::to_string(i));
-      send(self, rank, 0, 6, payload::copy_of(n1->pool(), "pong " + std::to_string(i)).value());
+    for (int i = 0; i < rounds; ++i) {  // the calls here, the requests on the other side
+      auto got = self.receive(rank, 0, 5, caf::timespan{20s});
+      ASSERT_TRUE(got) << describe(got.error());
+      ASSERT_EQ(got->data.view(), "ping " + std::to_string(i));
+      auto sent =
+          self.send(rank, 0, 6, payload::copy_of(n1->pool(), "pong " + std::to_string(i)).value());
+      ASSERT_FALSE(sent) << describe(sent);
     }
+    EXPECT_GT(self.direct_receives(), 0u);
   }};
   {
     driving_scoped_actor self{*n0};
