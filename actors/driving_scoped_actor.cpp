@@ -105,17 +105,24 @@ class driving_actor final : public caf::blocking_actor, private receive_waiter {
   bool has_data() { return !mailbox().empty(); }
 
   // Runs turns of the node's loop until a message is here, the budget runs out or the node
-  // stops (runtime::drive_until's policy). Nothing when the loop cannot be borrowed.
+  // stops. Nothing when the loop cannot be borrowed.
   void drive(clock::time_point deadline) {
     io::reactor& r = node_->reactor();
     if (!r.borrow()) return;
     driven_waits.fetch_add(1, std::memory_order_relaxed);
+    drive_held(r, deadline, [this] { return has_data(); });
+  }
+
+  // Turns of the loop this thread holds until `done()`, the budget runs out or the node stops,
+  // then gives it back (runtime::drive_until's policy). True when `done()`.
+  template <class Done>
+  bool drive_held(io::reactor& r, clock::time_point deadline, Done done) {
     drive_budget budget{node_->caller_progress().spin, deadline};
     const bool yield = node_->waiters_yield();
     bool finished = false;
     for (unsigned i = 0;; ++i) {
       r.borrowed_turn();
-      if (has_data()) {
+      if (done()) {
         finished = true;
         // What this turn queued for the loop (an ack, a transport's continuation) goes out now,
         // not when the next holder comes.
@@ -129,6 +136,7 @@ class driving_actor final : public caf::blocking_actor, private receive_waiter {
     // Done: the reactor thread stays parked a moment (the next wait is likely near). Still
     // waiting: it takes the loop at once, and whatever it delivers wakes our sleep.
     r.give_back(finished);
+    return finished;
   }
 
   // -- a receive posted by a call -------------------------------------------------------------
@@ -156,21 +164,8 @@ class driving_actor final : public caf::blocking_actor, private receive_waiter {
   // Drives the loop until the posted receive completes (or the budget runs out), then sleeps
   // until it does. The rank actor times it out; only a node that stops leaves it unanswered.
   caf::expected<envelope> finish_wait(io::reactor& r) {
-    drive_budget budget{node_->caller_progress().spin, clock::time_point::max()};
-    const bool yield = node_->waiters_yield();
-    bool finished = false;
-    for (unsigned i = 0;; ++i) {
-      r.borrowed_turn();
-      if (wait_done_.load(std::memory_order_acquire)) {
-        finished = true;
-        for (int more = 0; more < 4 && r.work_waiting(); ++more) r.borrowed_turn();
-        break;
-      }
-      if (r.stop_requested()) break;
-      if (yield) ::sched_yield();
-      if ((i & 63) == 63 && !budget.keep_going(clock::now(), r.arrivals())) break;
-    }
-    r.give_back(finished);
+    const bool finished = drive_held(r, clock::time_point::max(),
+                                     [this] { return wait_done_.load(std::memory_order_acquire); });
     std::unique_lock lock{wait_mutex_};
     if (!finished) sleeping_waits.fetch_add(1, std::memory_order_relaxed);
     while (!wait_result_) {

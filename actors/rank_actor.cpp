@@ -106,11 +106,16 @@ struct rank_state {
 
   ~rank_state() {
     if (direct != nullptr) direct->live = false;
-    // A request's promise goes unanswered, as any actor's that ends; a receive posted by a call
-    // has no promise for CAF to bounce, so its waiter is told.
+    // Every receive and parked send still waiting is told, a request's as a receive posted by a
+    // call: CAF 0.17 drops an accepted request's promise without a word when its actor ends, and
+    // a caller that waits without a timeout (a scoped actor's receive) would wait forever.
     for (auto& [cookie, r] : receives) {
-      if (r.wait.waiter != nullptr)
-        complete(r, to_caf_error(actor_errc::node_stopped, "the rank actor has ended"));
+      complete(r, to_caf_error(actor_errc::node_stopped, "the rank actor has ended"));
+    }
+    for (auto& parked : waiting) {
+      for (auto& w : parked) {
+        w.promise.deliver(to_caf_error(actor_errc::node_stopped, "the rank actor has ended"));
+      }
     }
     matcher.reset();  // drops unexpected payloads (their blocks go back to the pool)
     if (credit) credit->release_all();

@@ -8,6 +8,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -335,6 +336,32 @@ TEST(node_test, a_killed_rank_actor_is_restarted_and_works) {
   }
   n.stop();
   EXPECT_FALSE(n.failed());
+}
+
+// A receive request waiting in the rank actor when the node stops is answered (CAF 0.17 would
+// drop its promise without a word, and a requester without a timeout would wait forever).
+TEST(node_test, a_receive_request_still_waiting_when_the_node_stops_is_answered) {
+  vessel::node n{small_config()};
+  std::promise<caf::error> answered;
+  std::thread requester{[&] {
+    caf::scoped_actor self{n.system()};
+    self->request(n.rank_actor(), caf::infinite, recv_atom::value, std::uint32_t{0},
+                  std::uint64_t{77}, caf::timespan{std::chrono::minutes{1}})
+        .receive([&](envelope&) { answered.set_value(caf::error{}); },
+                 [&](caf::error& e) { answered.set_value(std::move(e)); });
+  }};
+  auto done = answered.get_future();
+  // Waiting in the rank actor before the stop.
+  for (int i = 0; i < 5000; ++i) {
+    caf::scoped_actor self{n.system()};
+    if (stats_of(self, n.rank_actor()).pending_receives == 1) break;
+    std::this_thread::sleep_for(1ms);
+  }
+  n.stop();
+  ASSERT_EQ(done.wait_for(std::chrono::seconds{10}), std::future_status::ready);
+  const caf::error e = done.get();
+  EXPECT_EQ(from_caf_error(e), make_error_code(actor_errc::node_stopped)) << describe(e);
+  requester.join();
 }
 
 using crash_atom = caf::atom_constant<caf::atom("crash")>;
