@@ -32,14 +32,15 @@ constexpr const char* scheduler_var = "VESSEL_CAF_SCHEDULER";
 constexpr const char* rank_thread_var = "VESSEL_RANK_ACTOR_THREAD";
 constexpr const char* progress_var = "VESSEL_PROGRESS";
 constexpr const char* yield_var = "VESSEL_YIELD_WHEN_IDLE";
+constexpr auto start_timeout = 10s;
+constexpr auto stop_timeout = 30s;
 
+// Lendable while callers may drive the loop (actors::driving_scoped_actor borrows it).
 io::reactor_config reactor_config_of(const node_config& c) {
   io::reactor_config r = c.reactor;
   r.lendable = c.caller_progress.enabled;
   return r;
 }
-constexpr auto start_timeout = 10s;
-constexpr auto stop_timeout = 30s;
 
 std::string peer_child_name(std::uint32_t peer) { return "peer/" + std::to_string(peer); }
 std::string link_child_name(std::uint32_t peer) { return "link/" + std::to_string(peer); }
