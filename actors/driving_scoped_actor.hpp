@@ -15,8 +15,10 @@
 // progress off, another thread holds it, the node stopping) it waits as a scoped_actor does.
 //
 //   vessel::actors::driving_scoped_actor self{node};
-//   self->request(node.rank_actor(), caf::infinite, actors::recv_atom::value, src, tag)
-//       .receive([](const actors::envelope& e) { ... }, [](caf::error& err) { ... });
+//   self->request(node.rank_actor(), caf::infinite, actors::stats_atom::value)
+//       .receive([](const actors::rank_stats& s) { ... }, [](caf::error& err) { ... });
+//   if (auto err = self.send(node.rank_actor(), dst, tag, std::move(payload))) { ... }
+//   caf::expected<actors::envelope> got = self.receive(node.rank_actor(), src, tag, 5s);
 //
 // send() and receive() do what those two requests do, as calls into the rank actor when the
 // loop is this thread's and the rank actor can answer at once (rank_direct_entry, as an app
