@@ -1,7 +1,5 @@
 #include "actors/driving_scoped_actor.hpp"
 
-#include <sched.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -14,7 +12,7 @@
 #include <caf/make_actor.hpp>
 
 #include "actors/actor_errc.hpp"
-#include "actors/drive_budget.hpp"
+#include "actors/caller_progress.hpp"
 #include "actors/node.hpp"
 #include "actors/rank_actor.hpp"
 
@@ -114,25 +112,11 @@ class driving_actor final : public caf::blocking_actor, private receive_waiter {
   }
 
   // Turns of the loop this thread holds until `done()`, the budget runs out or the node stops,
-  // then gives it back (runtime::drive_until's policy). True when `done()`.
+  // then gives it back. True when `done()`.
   template <class Done>
   bool drive_held(io::reactor& r, clock::time_point deadline, Done done) {
     drive_budget budget{node_->caller_progress().spin, deadline};
-    const bool yield = node_->waiters_yield();
-    bool finished = false;
-    for (unsigned i = 0;; ++i) {
-      r.borrowed_turn();
-      if (done()) {
-        finished = true;
-        // What this turn queued for the loop (an ack, a transport's continuation) goes out now,
-        // not when the next holder comes.
-        for (int more = 0; more < 4 && r.work_waiting(); ++more) r.borrowed_turn();
-        break;
-      }
-      if (r.stop_requested()) break;
-      if (yield) ::sched_yield();  // oversubscribed: the rank we wait for may need this core
-      if ((i & 63) == 63 && !budget.keep_going(clock::now(), r.arrivals())) break;
-    }
+    const bool finished = drive_held_loop(r, budget, node_->waiters_yield(), done);
     // Done: the reactor thread stays parked a moment (the next wait is likely near). Still
     // waiting: it takes the loop at once, and whatever it delivers wakes our sleep.
     r.give_back(finished);

@@ -30,8 +30,6 @@ namespace {
 constexpr const char* threads_var = "VESSEL_CAF_THREADS";
 constexpr const char* scheduler_var = "VESSEL_CAF_SCHEDULER";
 constexpr const char* rank_thread_var = "VESSEL_RANK_ACTOR_THREAD";
-constexpr const char* progress_var = "VESSEL_PROGRESS";
-constexpr const char* yield_var = "VESSEL_YIELD_WHEN_IDLE";
 constexpr auto start_timeout = 10s;
 constexpr auto stop_timeout = 30s;
 
@@ -92,23 +90,7 @@ actors::detailed_result<void> node_config::apply_env(const actors::env_view& env
                               "' is not where the rank actor runs: reactor or caf");
     }
   }
-  if (auto v = env.get(progress_var); v && !v->empty()) {
-    if (*v != "caller" && *v != "thread") {
-      return actors::fail(actors::errc::malformed_number, std::string{progress_var} + "='" + *v +
-                                                              "' is neither 'caller' nor 'thread'");
-    }
-    caller_progress.enabled = *v == "caller";
-  }
-  auto spin = actors::env_number(env, "VESSEL_PROGRESS_SPIN_US", caller_progress.spin.count());
-  if (!spin) return spin.error();
-  caller_progress.spin = std::chrono::microseconds{spin.value()};
-  if (auto v = env.get(yield_var); v && !v->empty()) {
-    if (*v != "0" && *v != "1") {
-      return actors::fail(actors::errc::malformed_number,
-                          std::string{yield_var} + "='" + *v + "' is neither 0 nor 1");
-    }
-    caller_progress.yield_when_idle = *v == "1";
-  }
+  if (auto read = caller_progress.apply_env(env); !read) return read.error();
   return outcome::success();
 }
 

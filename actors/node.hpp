@@ -36,6 +36,7 @@
 #include <caf/fwd.hpp>
 
 #include "actors/actor_interfaces.hpp"
+#include "actors/caller_progress.hpp"
 #include "actors/detailed_error.hpp"
 #include "actors/env.hpp"
 #include "actors/event_batcher.hpp"
@@ -95,15 +96,7 @@ struct node_config {
   /// its reactor loop themselves while they wait, as vessel::comm's waiters do: the rank actor's
   /// reply then needs no thread hand-off. VESSEL_PROGRESS (`caller` or `thread`),
   /// VESSEL_PROGRESS_SPIN_US, VESSEL_YIELD_WHEN_IDLE.
-  struct caller_progress_config {
-    bool enabled = true;
-    /// How long a waiter drives the loop with no frame arriving before it hands it back and
-    /// sleeps (actors::drive_budget).
-    std::chrono::microseconds spin{200};
-    /// Whether a waiter yields the CPU between turns; unset: launched_node decides (on when the
-    /// host runs more ranks than the process may use CPUs).
-    std::optional<bool> yield_when_idle;
-  } caller_progress{};
+  actors::caller_progress_config caller_progress{};
   /// The pool for payloads apps send (and the loopback's messages).
   io::buffer_pool_config pool = io::buffer_pool_config::defaults();
 
@@ -169,7 +162,7 @@ class node {
 
   /// Caller-driven waits (actors::driving_scoped_actor): the configuration, and whether a waiter
   /// yields between turns now (any thread; set_waiters_yield once the host's ranks are known).
-  const node_config::caller_progress_config& caller_progress() const noexcept {
+  const actors::caller_progress_config& caller_progress() const noexcept {
     return config_.caller_progress;
   }
   bool waiters_yield() const noexcept { return waiters_yield_.load(std::memory_order_relaxed); }

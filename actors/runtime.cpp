@@ -14,12 +14,12 @@
 #include <utility>
 
 #include "actors/auth.hpp"
+#include "actors/caller_progress.hpp"
 #include "actors/comm_errc.hpp"
-#include "actors/drive_budget.hpp"
 #include "actors/errc.hpp"
 #include "actors/kv_store_client.hpp"
-#include "actors/link_credit.hpp"
 #include "actors/kv_store_server.hpp"
+#include "actors/link_credit.hpp"
 #include "actors/store_rendezvous.hpp"
 #include "io/log.hpp"
 #include "io/tcp_socket.hpp"
@@ -243,26 +243,11 @@ detailed_result<void> runtime_options::apply_env(const env_view& env) {
   if (!unexpected) return unexpected.error();
   connect_timeout = std::chrono::milliseconds{timeout.value()};
   matcher.max_unexpected_bytes = static_cast<std::size_t>(unexpected.value());
-  if (auto p = env.get("VESSEL_PROGRESS"); p && !p->empty()) {
-    if (*p == "caller") {
-      caller_progress = true;
-    } else if (*p == "thread") {
-      caller_progress = false;
-    } else {
-      return fail(make_error_code(errc::malformed_number),
-                  "VESSEL_PROGRESS='" + *p + "' is neither 'caller' nor 'thread'");
-    }
-  }
-  auto spin = env_number(env, "VESSEL_PROGRESS_SPIN_US", caller_spin.count());
-  if (!spin) return spin.error();
-  caller_spin = std::chrono::microseconds{spin.value()};
-  if (auto y = env.get("VESSEL_YIELD_WHEN_IDLE"); y && !y->empty()) {
-    if (*y != "0" && *y != "1") {
-      return fail(make_error_code(errc::malformed_number),
-                  "VESSEL_YIELD_WHEN_IDLE='" + *y + "' is neither 0 nor 1");
-    }
-    yield_when_idle = *y == "1";
-  }
+  caller_progress_config progress{caller_progress, caller_spin, yield_when_idle};
+  if (auto read = progress.apply_env(env); !read) return read.error();
+  caller_progress = progress.enabled;
+  caller_spin = progress.spin;
+  yield_when_idle = progress.yield_when_idle;
   auto binding = cpu_binding_from_env(env, bind);
   if (!binding) return binding.error();
   bind = binding.value();
@@ -418,24 +403,9 @@ template <class Done>
 bool runtime::drive_until(Done&& done, clock::time_point deadline, clock::time_point* first_look,
                           clock::duration timeout) noexcept {
   if (!options_.caller_progress || !reactor_ || !reactor_->borrow()) return false;
-  // The budget is counted from the first look at the clock, 64 turns in: a wait that ends
-  // sooner (a ping-pong's) reads no clock at all.
   drive_budget budget{options_.caller_spin, deadline, timeout};
-  bool finished = false;
-  for (unsigned i = 0;; ++i) {
-    reactor_->borrowed_turn();
-    if (done()) {
-      finished = true;
-      // Work this turn queued for the loop (a transport's continuation, an ack) goes out now,
-      // not when the next holder comes.
-      for (int more = 0; more < 4 && reactor_->work_waiting(); ++more) reactor_->borrowed_turn();
-      break;
-    }
-    if (reactor_->stop_requested()) break;
-    // Oversubscribed: the reply we spin for needs a rank that may be waiting for this core.
-    if (yield_when_idle_.load(std::memory_order_relaxed)) ::sched_yield();
-    if ((i & 63) == 63 && !budget.keep_going(clock::now(), reactor_->arrivals())) break;
-  }
+  const bool finished =
+      drive_held_loop(*reactor_, budget, yield_when_idle_.load(std::memory_order_relaxed), done);
   if (first_look != nullptr && budget.started()) *first_look = budget.first_look();
   // Done: stay parked-lent for a moment (the caller's next call is likely near). Still waiting:
   // the reactor thread takes the loop at once, and its completion wakes our sleep.
