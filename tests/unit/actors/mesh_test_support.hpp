@@ -353,6 +353,31 @@ struct store_fixture {
   kv_store_server server;
 };
 
+/// Connects every mesh through `store`, each on a thread of its own at once (a mesh's connect
+/// waits for its peers); true when all came up.
+inline bool connect_meshes(const store_fixture& store, const std::vector<mesh*>& meshes,
+                           std::chrono::milliseconds deadline = 20s) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (mesh* m : meshes) {
+    threads.emplace_back([&, m] {
+      auto client = kv_store_client::connect(store.address(), 10s);
+      if (!client) {
+        ADD_FAILURE() << client.error().message();
+        ++failures;
+        return;
+      }
+      auto up = m->connect(*client.value(), deadline);
+      if (!up) {
+        ADD_FAILURE() << up.error().message();
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return failures == 0;
+}
+
 /// Small pools (not pre-faulted): tests run many meshes in one process.
 inline io::buffer_pool_config test_pool() {
   io::buffer_pool_config c;
@@ -395,25 +420,9 @@ struct cluster {
 
   /// Connects every node; true when all came up.
   bool connect(std::chrono::milliseconds deadline = 20s) {
-    std::vector<std::thread> threads;
-    std::atomic<int> failures{0};
-    for (auto& n : nodes) {
-      threads.emplace_back([&, np = n.get()] {
-        auto client = kv_store_client::connect(store.address(), 10s);
-        if (!client) {
-          ADD_FAILURE() << client.error().message();
-          ++failures;
-          return;
-        }
-        auto up = np->m().connect(*client.value(), deadline);
-        if (!up) {
-          ADD_FAILURE() << up.error().message();
-          ++failures;
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    return failures == 0;
+    std::vector<mesh*> meshes;
+    for (auto& n : nodes) meshes.push_back(&n->m());
+    return connect_meshes(store, meshes, deadline);
   }
 
   store_fixture store;

@@ -14,11 +14,9 @@
 
 #include "actors/actor_errc.hpp"
 #include "actors/auth.hpp"
-#include "actors/kv_store_client.hpp"
-#include "actors/kv_store_server.hpp"
 #include "actors/mesh.hpp"
-#include "io/tcp_socket.hpp"
 #include "tests/unit/actors/caf_test_support.hpp"
+#include "tests/unit/actors/mesh_test_support.hpp"
 
 namespace vessel::actors {
 namespace {
@@ -81,11 +79,7 @@ link_actor wait_for_link(vessel::node& n, std::uint32_t peer) {
 }
 
 TEST(node_mesh_test, two_nodes_exchange_messages_and_a_link_actor_sees_a_reconnect) {
-  io::reactor store_reactor;
-  ASSERT_TRUE(store_reactor.start());
-  kv_store_server store{store_reactor};
-  ASSERT_TRUE(store.listen(io::socket_address::loopback_v4(0)));
-  ASSERT_TRUE(store.start());
+  test::store_fixture store;
   const auto token = test_token();
   mesh* meshes[2] = {nullptr, nullptr};
   auto n0 = make_node(0, token, meshes[0]);
@@ -104,16 +98,7 @@ TEST(node_mesh_test, two_nodes_exchange_messages_and_a_link_actor_sees_a_reconne
         .receive([](const link_status&) {}, [](caf::error& e) { ADD_FAILURE() << describe(e); });
   }
 
-  std::vector<std::thread> connecting;
-  for (int i = 0; i < 2; ++i) {
-    connecting.emplace_back([&, i] {
-      auto client = kv_store_client::connect(endpoint{"127.0.0.1", store.port()}, 10s);
-      ASSERT_TRUE(client) << client.error().message();
-      auto up = meshes[i]->connect(*client.value(), 20s);
-      EXPECT_TRUE(up) << up.error().message();
-    });
-  }
-  for (auto& t : connecting) t.join();
+  ASSERT_TRUE(test::connect_meshes(store, {meshes[0], meshes[1]}));
 
   {
     caf::scoped_actor self0{n0->system()};
@@ -174,8 +159,6 @@ TEST(node_mesh_test, two_nodes_exchange_messages_and_a_link_actor_sees_a_reconne
   n0->stop();
   EXPECT_FALSE(n0->failed());
   EXPECT_FALSE(n1->failed());
-  store.stop();
-  store_reactor.stop();
 }
 
 }  // namespace
