@@ -188,6 +188,8 @@ void tcp_transport::flush_direct() {
     if (callbacks_running_ == 0) flush();
     return;
   }
+  // The holder's next turn sends it all at once (poll(): polled transports only).
+  if (readiness_ && reactor_.defer_direct_send()) return;
   if (send_op_.in_flight() || count_ == 0 || state_ != state::open) return;
   const std::size_t bytes = build_iovecs();
   ssize_t n = 0;

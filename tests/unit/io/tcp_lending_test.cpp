@@ -243,6 +243,45 @@ TEST(tcp_lending, frames_reach_a_borrower_on_its_own_turns_in_order_and_its_repl
   for (int i = 0; i < frames; ++i) EXPECT_EQ(p.handler.seqs[i], static_cast<std::uint64_t>(i + 1));
 }
 
+// runtime::submit_all: the pieces of one message, sent while the holder holds direct sends, stay
+// queued and leave together on its next turn, in order; with nothing held a send goes at once.
+TEST(tcp_lending, sends_held_by_the_borrower_leave_together_on_its_next_turn) {
+  lent_pair p;
+  auto unread = [&] {
+    int n = -1;
+    EXPECT_EQ(::ioctl(p.peer, FIONREAD, &n), 0);
+    return n;
+  };
+  p.r.hold_direct_sends();
+  for (std::uint64_t seq = 1; seq <= 3; ++seq) {
+    ASSERT_TRUE(p.transport->send_copy(test::data_header(seq, 100), test::payload_for(seq, 100)));
+  }
+  EXPECT_EQ(unread(), 0) << "a held send was written at once";
+  EXPECT_TRUE(p.r.release_direct_sends()) << "the deferred writes were not reported";
+  p.r.borrowed_turn();
+  wire::stream_decoder dec{tcp_transport_options::default_limits()};
+  for (std::uint64_t want = 1; want <= 3;) {
+    auto next = dec.next();
+    ASSERT_TRUE(next);
+    if (next.value()) {
+      EXPECT_EQ(next.value()->header.seq, want);
+      EXPECT_EQ(std::vector<std::byte>(next.value()->payload.begin(), next.value()->payload.end()),
+                test::payload_for(want, 100));
+      ++want;
+      continue;
+    }
+    auto space = dec.prepare();
+    const auto n = ::recv(p.peer, space.data(), space.size(), 0);  // SO_RCVTIMEO bounds it
+    ASSERT_GT(n, 0) << "frame " << want << " never left";
+    dec.commit(static_cast<std::size_t>(n));
+  }
+  // Nothing held: written by send_copy itself, and a release reports nothing deferred.
+  p.r.hold_direct_sends();
+  EXPECT_FALSE(p.r.release_direct_sends());
+  ASSERT_TRUE(p.transport->send_copy(test::data_header(4, 0), {}));
+  EXPECT_GT(unread(), 0);
+}
+
 TEST(tcp_lending, the_reactor_thread_reads_again_once_it_has_the_loop_back) {
   lent_pair p;
   ASSERT_TRUE(test::write_all(p.peer, frame_bytes(1, 10)));
