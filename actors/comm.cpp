@@ -401,15 +401,12 @@ struct comm::impl {
       const chunk_header h{data.size(), lent_layout | step};
       std::memcpy(block.data(), &h, header_bytes);
       p2p_request::make_send(slots[0].request, dst, tag, std::move(block).slice(0, header_bytes));
+      r.submit(slots[0].request);
     }
-    // The header and the first window of chunks go in one submit_all (one write to a TCP
-    // socket), the rest one by one as the window's acks return.
-    std::array<p2p_request*, chunk_window> first_window{&slots[0].request};
     std::size_t used = 1;  // slots[0] holds the header's send
     auto* base = const_cast<std::byte*>(data.data());  // lent read-only: nobody writes it
     for (std::size_t offset = 0; offset < data.size() && !failed;) {
       in_flight& f = slots[used % chunk_window];
-      if (used == chunk_window) r.submit_all({first_window.data(), used});
       if (used >= chunk_window) settle(f);
       if (failed) break;
       const std::size_t n = std::min(step, data.size() - offset);
@@ -420,15 +417,10 @@ struct comm::impl {
       }
       f.slot = loan.slot;
       p2p_request::make_send(f.request, dst, tag, std::move(loan.handle).slice(0, n));
-      if (used < chunk_window) {
-        first_window[used] = &f.request;
-      } else {
-        r.submit(f.request);
-      }
+      r.submit(f.request);
       ++used;
       offset += n;
     }
-    if (used < chunk_window) r.submit_all({first_window.data(), used});
     for (std::size_t i = 0; i < std::min(used, chunk_window); ++i) settle(slots[i]);
     if (failed) throw_failed(rank(), "send to", dst, tag, failed);
   }

@@ -183,12 +183,16 @@ void peer_link::transmit() {
     if (!send_frame(*stalled_)) return;
     stalled_.reset();
   }
+  // What goes now (a message's fragments, as far as credit allows) leaves in one write.
+  io::transport& t = connection_->transport();
+  t.cork();
   while (const outgoing_frame* f = sender_.next_transmit()) {
     if (!send_frame(*f)) {
       stalled_ = *f;  // a header copy and a slice handle: no allocation
-      return;
+      break;
     }
   }
+  t.uncork();
 }
 
 bool peer_link::send_frame(const outgoing_frame& f) {

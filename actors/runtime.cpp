@@ -485,39 +485,25 @@ bool runtime::enqueue(p2p_request& r, bool cancel) noexcept {
 }
 
 void runtime::submit(p2p_request& r) noexcept {
-  p2p_request* one = &r;
-  submit_all({&one, 1});
-}
-
-void runtime::submit_all(std::span<p2p_request* const> requests) noexcept {
-  for (p2p_request* r : requests) {
-    r->events_owner_ = r->signal_events_ ? this : nullptr;
-    r->runtime_ = this;
-  }
-  // Nobody holds the loop (its reactor thread parked after a caller's borrow): start the
-  // requests here, behind what other threads queued, instead of posting them and running a
-  // whole turn of completions and pollers for them; a send is then done when this returns.
-  // Given back lingering, so that the wait that usually follows borrows it again at once.
+  r.events_owner_ = r.signal_events_ ? this : nullptr;
+  r.runtime_ = this;
+  // Nobody holds the loop (its reactor thread parked after a caller's borrow): start the request
+  // here, behind what other threads queued, instead of posting it and running a whole turn of
+  // completions and pollers for it; a send is then done when submit returns. Given back
+  // lingering, so that the wait that usually follows borrows it again at once.
   if (options_.caller_progress && reactor_ && reactor_->try_borrow()) {
-    // Several requests (the pieces of one message): written to each socket at once, in one
-    // send, by the turn below.
-    const bool held = requests.size() > 1;
-    if (held) reactor_->hold_direct_sends();
-    for (p2p_request* r : requests) {
-      // The borrow ordered us after the last holder's flush, so a clear flag means that what
-      // this thread queued before has run; another thread's concurrent submit has no order
-      // with ours to keep.
-      if (!queued_.load(std::memory_order_relaxed)) {
-        start_queued({r, false});
-      } else {
-        {
-          std::lock_guard lock{queue_mutex_};
-          incoming_.push_back({r, false});
-        }
-        flush();
+    // The borrow ordered us after the last holder's flush, so a clear flag means that what
+    // this thread queued before has run; another thread's concurrent submit has no order
+    // with ours to keep.
+    if (!queued_.load(std::memory_order_relaxed)) {
+      start_queued({&r, false});
+    } else {
+      {
+        std::lock_guard lock{queue_mutex_};
+        incoming_.push_back({&r, false});
       }
+      flush();
     }
-    const bool deferred = held && reactor_->release_direct_sends();
     // A caller that only sends (a stream, a broadcast's root) must still take in what comes
     // back, and nobody else would: the reactor thread stays parked while callers keep borrowing.
     // Acks release its send blocks (else it cycles through the whole pool, cold), and the room
@@ -530,8 +516,7 @@ void runtime::submit_all(std::span<p2p_request* const> requests) noexcept {
       turns_seen_ = reactor_->turns();
       sends_since_turn_ = 0;
     }
-    sends_since_turn_ += requests.size();
-    if (deferred || sends_since_turn_ >= sends_per_turn || reactor_->work_waiting()) {
+    if (++sends_since_turn_ >= sends_per_turn || reactor_->work_waiting()) {
       sends_since_turn_ = 0;
       reactor_->borrowed_turn();
       turns_seen_ = reactor_->turns();
@@ -539,7 +524,7 @@ void runtime::submit_all(std::span<p2p_request* const> requests) noexcept {
     reactor_->give_back();
     return;
   }
-  for (p2p_request* r : requests) enqueue(*r, false);
+  enqueue(r, false);
 }
 
 void runtime::cancel(p2p_request& r) noexcept {

@@ -223,9 +223,6 @@ class runtime : private mesh_observer, private credit_sink {
   /// Any thread. Starts `r`: on this thread when nobody holds the loop (caller-driven progress),
   /// else through the reactor's queue (batched). `r` must stay alive until r.done().
   void submit(p2p_request& r) noexcept;
-  /// submit() of several requests at once: when started on this thread, what they send to one
-  /// peer over TCP leaves in one write (a message's header and its first chunks).
-  void submit_all(std::span<p2p_request* const> requests) noexcept;
   /// Any thread but the reactor's. Caller-driven progress for a wait on something other than a
   /// request (a lent buffer coming back): runs the loop here until `done(ctx)`, the
   /// caller_spin budget or `deadline`; false when the loop could not be borrowed. The caller

@@ -183,23 +183,6 @@ class reactor {
   /// instead of after everything the peer sent meanwhile. Cleared when the next turn begins.
   void note_completion() noexcept { completed_ = true; }
   bool completion_noted() const noexcept { return completed_; }
-  /// Until released, a polled transport that would write straight from the holder's thread
-  /// queues what it is given instead (loop owner only): the pieces of one message then leave in
-  /// one write on the holder's next turn (runtime::submit_all).
-  void hold_direct_sends() noexcept {
-    direct_sends_held_ = true;
-    direct_sends_deferred_ = false;
-  }
-  /// Ends the hold; true when a transport deferred a write meanwhile (a turn sends it).
-  bool release_direct_sends() noexcept {
-    direct_sends_held_ = false;
-    return direct_sends_deferred_;
-  }
-  /// Asked by a transport before it writes on the loop's thread: true (noted) while held.
-  bool defer_direct_send() noexcept {
-    direct_sends_deferred_ = direct_sends_deferred_ || direct_sends_held_;
-    return direct_sends_held_;
-  }
   /// Turns run so far, by anyone (loop owner only).
   std::uint64_t turns() const noexcept { return turns_; }
   /// A caller waits to borrow the loop from the reactor thread (any thread): long work on the
@@ -339,8 +322,6 @@ class reactor {
   static constexpr unsigned max_submits_held = 8;
   std::uint64_t arrivals_ = 0;        // loop owner only (note_arrival)
   bool completed_ = false;            // loop owner only (note_completion)
-  bool direct_sends_held_ = false;    // loop owner only (hold_direct_sends)
-  bool direct_sends_deferred_ = false;  // loop owner only (defer_direct_send)
   std::uint64_t turns_ = 0;           // loop owner only
   std::vector<loop_poller*> pollers_;  // loop owner only
 

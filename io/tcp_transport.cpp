@@ -188,9 +188,7 @@ void tcp_transport::flush_direct() {
     if (callbacks_running_ == 0) flush();
     return;
   }
-  // The holder's next turn sends it all at once (poll(): polled transports only).
-  if (readiness_ && reactor_.defer_direct_send()) return;
-  if (send_op_.in_flight() || count_ == 0 || state_ != state::open) return;
+  if (corked_ || send_op_.in_flight() || count_ == 0 || state_ != state::open) return;
   const std::size_t bytes = build_iovecs();
   ssize_t n = 0;
   if (msg_.msg_iovlen == 1) {
@@ -215,6 +213,11 @@ void tcp_transport::flush_direct() {
     return;
   }
   flush();  // what the socket did not take, through the ring
+}
+
+void tcp_transport::uncork() noexcept {
+  corked_ = false;
+  flush_direct();
 }
 
 std::size_t tcp_transport::build_iovecs() noexcept {

@@ -128,6 +128,9 @@ class tcp_transport final : public transport, private loop_poller {
   result<void> send_copy(const wire::frame_header& header,
                          std::span<const std::byte> payload) override;
   std::size_t queued_bytes() const noexcept override { return queued_bytes_; }
+  /// Direct sends wait for uncork(), which writes them in one sendmsg(2) (transport::cork).
+  void cork() noexcept override { corked_ = true; }
+  void uncork() noexcept override;
   /// Drops what is queued, cancels what is in flight; on_closed(errc::transport_closed) follows
   /// when the last operation completes: later in the loop, or at once when nothing is in flight
   /// and no callback of this transport is running.
@@ -206,6 +209,7 @@ class tcp_transport final : public transport, private loop_poller {
   zero_copy zero_copy_;
   bool readiness_;
   bool polled_ = false;  // registered as the reactor's loop_poller
+  bool corked_ = false;  // cork(): direct sends wait for uncork()
 
   // Send queue: ring of entries over one preallocated byte slab.
   std::unique_ptr<std::byte[]> slab_;

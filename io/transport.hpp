@@ -87,6 +87,12 @@ class transport {
   /// Bytes accepted by send() but not yet on the wire.
   virtual std::size_t queued_bytes() const noexcept = 0;
 
+  /// Between cork() and uncork(), a transport that writes each send at once (TCP from the loop's
+  /// thread) queues them instead, and uncork() writes them together: a message's fragments then
+  /// cost one write, not one each (loop owner only; others send as always).
+  virtual void cork() noexcept {}
+  virtual void uncork() noexcept {}
+
   /// Ends the transport: pending sends are dropped, in-flight operations cancelled; on_closed
   /// (errc::transport_closed) follows once the last operation has completed. Idempotent.
   virtual void close() noexcept = 0;

@@ -243,24 +243,26 @@ TEST(tcp_lending, frames_reach_a_borrower_on_its_own_turns_in_order_and_its_repl
   for (int i = 0; i < frames; ++i) EXPECT_EQ(p.handler.seqs[i], static_cast<std::uint64_t>(i + 1));
 }
 
-// runtime::submit_all: the pieces of one message, sent while the holder holds direct sends, stay
-// queued and leave together on its next turn, in order; with nothing held a send goes at once.
-TEST(tcp_lending, sends_held_by_the_borrower_leave_together_on_its_next_turn) {
+// peer_link::transmit corks the transport around a message's fragments: what is sent meanwhile
+// stays queued, and uncork() writes it all, in order; uncorked, a send goes at once.
+TEST(tcp_lending, sends_between_cork_and_uncork_leave_together_in_order) {
   lent_pair p;
   auto unread = [&] {
     int n = -1;
     EXPECT_EQ(::ioctl(p.peer, FIONREAD, &n), 0);
     return n;
   };
-  p.r.hold_direct_sends();
-  for (std::uint64_t seq = 1; seq <= 3; ++seq) {
+  constexpr std::uint64_t frames = 3;
+  p.transport->cork();
+  for (std::uint64_t seq = 1; seq <= frames; ++seq) {
     ASSERT_TRUE(p.transport->send_copy(test::data_header(seq, 100), test::payload_for(seq, 100)));
   }
-  EXPECT_EQ(unread(), 0) << "a held send was written at once";
-  EXPECT_TRUE(p.r.release_direct_sends()) << "the deferred writes were not reported";
-  p.r.borrowed_turn();
+  EXPECT_EQ(unread(), 0) << "a corked send was written at once";
+  EXPECT_GT(p.transport->queued_bytes(), 0u);
+  p.transport->uncork();
+  EXPECT_EQ(p.transport->queued_bytes(), 0u);
   wire::stream_decoder dec{tcp_transport_options::default_limits()};
-  for (std::uint64_t want = 1; want <= 3;) {
+  for (std::uint64_t want = 1; want <= frames;) {
     auto next = dec.next();
     ASSERT_TRUE(next);
     if (next.value()) {
@@ -275,11 +277,8 @@ TEST(tcp_lending, sends_held_by_the_borrower_leave_together_on_its_next_turn) {
     ASSERT_GT(n, 0) << "frame " << want << " never left";
     dec.commit(static_cast<std::size_t>(n));
   }
-  // Nothing held: written by send_copy itself, and a release reports nothing deferred.
-  p.r.hold_direct_sends();
-  EXPECT_FALSE(p.r.release_direct_sends());
-  ASSERT_TRUE(p.transport->send_copy(test::data_header(4, 0), {}));
-  EXPECT_GT(unread(), 0);
+  ASSERT_TRUE(p.transport->send_copy(test::data_header(frames + 1, 0), {}));
+  EXPECT_GT(unread(), 0) << "an uncorked send waited";
 }
 
 TEST(tcp_lending, the_reactor_thread_reads_again_once_it_has_the_loop_back) {
