@@ -50,7 +50,7 @@ int core_for_rank(cpu_binding policy, std::uint32_t local_rank, std::uint32_t lo
                   std::uint32_t cores) noexcept {
   if (policy == cpu_binding::none || cores == 0) return -1;
   // Oversubscribed: a rank bound to a shared core could not move off a busy neighbour, and the
-  // waiters yield there anyway (runtime_options::yield_when_idle).
+  // waiters yield there anyway (caller_progress_config::yield_when_idle).
   if (policy == cpu_binding::automatic && local_ranks > cores) return -1;
   return static_cast<int>(local_rank % cores);
 }

@@ -243,11 +243,7 @@ detailed_result<void> runtime_options::apply_env(const env_view& env) {
   if (!unexpected) return unexpected.error();
   connect_timeout = std::chrono::milliseconds{timeout.value()};
   matcher.max_unexpected_bytes = static_cast<std::size_t>(unexpected.value());
-  caller_progress_config progress{caller_progress, caller_spin, yield_when_idle};
   if (auto read = progress.apply_env(env); !read) return read.error();
-  caller_progress = progress.enabled;
-  caller_spin = progress.spin;
-  yield_when_idle = progress.yield_when_idle;
   auto binding = cpu_binding_from_env(env, bind);
   if (!binding) return binding.error();
   bind = binding.value();
@@ -289,7 +285,7 @@ detailed_result<void> runtime::boot(const env_view& env) {
   }
   token_.emplace(std::move(token).value());
 
-  options_.reactor.lendable = options_.caller_progress;
+  options_.reactor.lendable = options_.progress.enabled;
   reactor_ = std::make_unique<io::reactor>(options_.reactor);
   if (auto started = reactor_->start(); !started) {
     return fail(started.error(), "cannot start the reactor: " + started.error().message());
@@ -349,20 +345,20 @@ detailed_result<void> runtime::boot(const env_view& env) {
   }
   const std::uint32_t on_host = mesh_->ranks_on_this_host();
   const unsigned cpus = usable_cpus();  // before binding: what the host's ranks share
-  yield_when_idle_.store(options_.yield_when_idle.value_or(on_host > cpus),
+  yield_when_idle_.store(options_.progress.yield_when_idle.value_or(on_host > cpus),
                          std::memory_order_relaxed);
   if (auto bound = bind_rank_process(options_.bind, rank_, mesh_->rank_on_this_host(), on_host);
       !bound) {
     return bound.error();
   }
-  logger().info("rank {}: every peer link is up (progress: {}; {} rank(s) on this host, {} CPU(s): "
-                "waiters {})",
-                rank_,
-                options_.caller_progress && world_ > 1 && reactor_->lending_allowed()
-                    ? "caller-driven"
-                    : "reactor thread",
-                on_host, cpus,
-                yield_when_idle_.load(std::memory_order_relaxed) ? "yield between turns" : "spin");
+  logger().info(
+      "rank {}: every peer link is up (progress: {}; {} rank(s) on this host, {} CPU(s): "
+      "waiters {})",
+      rank_,
+      options_.progress.enabled && world_ > 1 && reactor_->lending_allowed() ? "caller-driven"
+                                                                             : "reactor thread",
+      on_host, cpus,
+      yield_when_idle_.load(std::memory_order_relaxed) ? "yield between turns" : "spin");
   return outcome::success();
 }
 
@@ -402,8 +398,8 @@ void runtime::shutdown() {
 template <class Done>
 bool runtime::drive_until(Done&& done, clock::time_point deadline, clock::time_point* first_look,
                           clock::duration timeout) noexcept {
-  if (!options_.caller_progress || !reactor_ || !reactor_->borrow()) return false;
-  drive_budget budget{options_.caller_spin, deadline, timeout};
+  if (!options_.progress.enabled || !reactor_ || !reactor_->borrow()) return false;
+  drive_budget budget{options_.progress.spin, deadline, timeout};
   const bool finished =
       drive_held_loop(*reactor_, budget, yield_when_idle_.load(std::memory_order_relaxed), done);
   if (first_look != nullptr && budget.started()) *first_look = budget.first_look();
@@ -491,7 +487,7 @@ void runtime::submit(p2p_request& r) noexcept {
   // here, behind what other threads queued, instead of posting it and running a whole turn of
   // completions and pollers for it; a send is then done when submit returns. Given back
   // lingering, so that the wait that usually follows borrows it again at once.
-  if (options_.caller_progress && reactor_ && reactor_->try_borrow()) {
+  if (options_.progress.enabled && reactor_ && reactor_->try_borrow()) {
     // The borrow ordered us after the last holder's flush, so a clear flag means that what
     // this thread queued before has run; another thread's concurrent submit has no order
     // with ours to keep.

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "actors/bootstrap.hpp"
+#include "actors/caller_progress.hpp"
 #include "actors/cpu_binding.hpp"
 #include "actors/detailed_error.hpp"
 #include "actors/env.hpp"
@@ -95,8 +96,8 @@ class p2p_request {
 
   /// True once the runtime finished with the request (acquire: its results are visible).
   bool done() const noexcept { return state_.load(std::memory_order_acquire) == 1; }
-  /// Waits until done(). With caller-driven progress (runtime_options::caller_progress) the
-  /// waiting thread runs the reactor's loop itself until caller_spin passes with no frame
+  /// Waits until done(). With caller-driven progress (runtime_options::progress) the
+  /// waiting thread runs the reactor's loop itself until progress.spin passes with no frame
   /// arriving, then sleeps; otherwise it spins briefly (a reply is often microseconds away), then
   /// sleeps.
   void wait() const noexcept;
@@ -182,15 +183,9 @@ struct runtime_options {
   io::reactor_config reactor{};
   /// A thread that waits for a request (or for events()) runs the reactor's loop itself instead
   /// of sleeping until the reactor thread wakes it: no thread hand-off on the way of a reply
-  /// (VESSEL_PROGRESS=caller, the default; =thread turns it off). Sets reactor.lendable.
-  bool caller_progress = true;
-  /// How long such a waiter drives the loop before it gives it back and sleeps (a long wait must
-  /// not burn a core: ranks of a job often outnumber cores). VESSEL_PROGRESS_SPIN_US.
-  std::chrono::microseconds caller_spin{200};
-  /// Such a waiter yields the CPU between turns of the loop (sched_yield), so that the rank it
-  /// waits for gets the core. Unset: on when this host runs more ranks than this process may
-  /// use CPUs (oversubscribed), as Open MPI's mpi_yield_when_idle. VESSEL_YIELD_WHEN_IDLE=0|1.
-  std::optional<bool> yield_when_idle;
+  /// (VESSEL_PROGRESS, VESSEL_PROGRESS_SPIN_US, VESSEL_YIELD_WHEN_IDLE; caller_progress.hpp).
+  /// progress.enabled sets reactor.lendable.
+  caller_progress_config progress{};
   /// Binds the process to one core once the ranks on this host are known (actors/cpu_binding):
   /// none for a runtime made directly (tests run several ranks in one process), auto for a rank
   /// process (comm::init()). VESSEL_BIND=auto|core|none.
@@ -225,7 +220,7 @@ class runtime : private mesh_observer, private credit_sink {
   void submit(p2p_request& r) noexcept;
   /// Any thread but the reactor's. Caller-driven progress for a wait on something other than a
   /// request (a lent buffer coming back): runs the loop here until `done(ctx)`, the
-  /// caller_spin budget or `deadline`; false when the loop could not be borrowed. The caller
+  /// progress.spin budget or `deadline`; false when the loop could not be borrowed. The caller
   /// then waits as it would have anyway.
   bool drive(bool (*done)(const void* ctx), const void* ctx,
              std::chrono::steady_clock::time_point deadline) noexcept;
@@ -325,7 +320,7 @@ class runtime : private mesh_observer, private credit_sink {
   template <class F>
   auto on_reactor(F&& fn) -> decltype(fn());
   /// Caller-driven progress: runs the reactor's loop on this thread until `done()` holds, the
-  /// drive_budget runs out (caller_spin with no frame arriving, `deadline`, or `timeout` counted
+  /// drive_budget runs out (progress.spin with no frame arriving, `deadline`, or `timeout` counted
   /// from the drive's first clock reading, which `first_look` receives when given and the drive
   /// read one), or the reactor stops. False when the loop could not be borrowed (not lendable,
   /// or another thread drives it): the caller then sleeps as usual and the driver's turns
@@ -342,7 +337,7 @@ class runtime : private mesh_observer, private credit_sink {
   std::uint32_t world_ = 1;
   std::size_t max_message_ = 0;
   std::size_t fragment_bytes_ = 0;
-  std::atomic<bool> yield_when_idle_{false};  // set once connected (options_.yield_when_idle)
+  std::atomic<bool> yield_when_idle_{false};  // set once connected (options_.progress)
   std::optional<cluster_token> token_;
   std::string store_file_;  // written by rank 0 (removed at shutdown)
 

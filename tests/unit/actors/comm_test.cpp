@@ -229,13 +229,13 @@ TEST_F(comm_test, a_large_message_to_self_is_copied_not_offered) {
 
 TEST(runtime_progress_options, vessel_progress_selects_who_drives_and_refuses_anything_else) {
   runtime_options o = runtime_options::defaults();
-  EXPECT_TRUE(o.caller_progress) << "caller-driven progress is the default";
+  EXPECT_TRUE(o.progress.enabled) << "caller-driven progress is the default";
   ASSERT_TRUE(o.apply_env(env_view::from_map({{"VESSEL_PROGRESS", "thread"},
                                               {"VESSEL_PROGRESS_SPIN_US", "50"}})));
-  EXPECT_FALSE(o.caller_progress);
-  EXPECT_EQ(o.caller_spin, std::chrono::microseconds{50});
+  EXPECT_FALSE(o.progress.enabled);
+  EXPECT_EQ(o.progress.spin, std::chrono::microseconds{50});
   ASSERT_TRUE(o.apply_env(env_view::from_map({{"VESSEL_PROGRESS", "caller"}})));
-  EXPECT_TRUE(o.caller_progress);
+  EXPECT_TRUE(o.progress.enabled);
   auto bad = o.apply_env(env_view::from_map({{"VESSEL_PROGRESS", "sometimes"}}));
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().detail.find("VESSEL_PROGRESS"), std::string::npos) << bad.error().detail;
@@ -244,11 +244,12 @@ TEST(runtime_progress_options, vessel_progress_selects_who_drives_and_refuses_an
 
 TEST(runtime_progress_options, vessel_yield_when_idle_is_automatic_unless_set_to_0_or_1) {
   runtime_options o = runtime_options::defaults();
-  EXPECT_FALSE(o.yield_when_idle.has_value()) << "unset: decided by ranks per host and CPUs";
+  EXPECT_FALSE(o.progress.yield_when_idle.has_value())
+      << "unset: decided by ranks per host and CPUs";
   ASSERT_TRUE(o.apply_env(env_view::from_map({{"VESSEL_YIELD_WHEN_IDLE", "1"}})));
-  EXPECT_EQ(o.yield_when_idle, std::optional<bool>{true});
+  EXPECT_EQ(o.progress.yield_when_idle, std::optional<bool>{true});
   ASSERT_TRUE(o.apply_env(env_view::from_map({{"VESSEL_YIELD_WHEN_IDLE", "0"}})));
-  EXPECT_EQ(o.yield_when_idle, std::optional<bool>{false});
+  EXPECT_EQ(o.progress.yield_when_idle, std::optional<bool>{false});
   auto bad = o.apply_env(env_view::from_map({{"VESSEL_YIELD_WHEN_IDLE", "yes"}}));
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().detail.find("VESSEL_YIELD_WHEN_IDLE"), std::string::npos)
