@@ -7,6 +7,7 @@
 #include <sched.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 
 #include "actors/detailed_error.hpp"
@@ -31,6 +32,12 @@ struct caller_progress_config {
   /// Reads the three variables; a malformed value is an error naming it, and changes nothing
   /// read after it.
   detailed_result<void> apply_env(const env_view& env);
+
+  /// Whether waiters yield on a host that runs `ranks_on_host` ranks and lets this process use
+  /// `cpus` CPUs: yield_when_idle if set, else whether the ranks outnumber the CPUs.
+  bool waiters_yield(std::uint32_t ranks_on_host, unsigned cpus) const noexcept {
+    return yield_when_idle.value_or(ranks_on_host > cpus);
+  }
 };
 
 /// Turns of the loop that the calling thread holds (io::reactor::borrow) until `done()`, the

@@ -141,7 +141,7 @@ detailed_result<void> launched_node::boot(const actors::env_view& env,
     }
     const std::uint32_t on_host = mesh_->ranks_on_this_host();
     const unsigned cpus = actors::usable_cpus();  // before binding: what the host's ranks share
-    node_->set_waiters_yield(nc.caller_progress.yield_when_idle.value_or(on_host > cpus));
+    node_->set_waiters_yield(nc.caller_progress.waiters_yield(on_host, cpus));
     logger().info(
         "rank {}: every peer link is up (waiting threads: {}; {} rank(s) on this host, "
         "{} CPU(s): waiters {})",

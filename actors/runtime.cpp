@@ -345,8 +345,7 @@ detailed_result<void> runtime::boot(const env_view& env) {
   }
   const std::uint32_t on_host = mesh_->ranks_on_this_host();
   const unsigned cpus = usable_cpus();  // before binding: what the host's ranks share
-  yield_when_idle_.store(options_.progress.yield_when_idle.value_or(on_host > cpus),
-                         std::memory_order_relaxed);
+  yield_when_idle_.store(options_.progress.waiters_yield(on_host, cpus), std::memory_order_relaxed);
   if (auto bound = bind_rank_process(options_.bind, rank_, mesh_->rank_on_this_host(), on_host);
       !bound) {
     return bound.error();
