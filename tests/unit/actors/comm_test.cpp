@@ -246,10 +246,13 @@ TEST(runtime_progress_options, vessel_yield_when_idle_is_automatic_unless_set_to
   runtime_options o = runtime_options::defaults();
   EXPECT_FALSE(o.progress.yield_when_idle.has_value())
       << "unset: decided by ranks per host and CPUs";
+  EXPECT_TRUE(o.progress.waiters_yield(3, 2)) << "more ranks on the host than CPUs";
+  EXPECT_FALSE(o.progress.waiters_yield(2, 2));
   ASSERT_TRUE(o.apply_env(env_view::from_map({{"VESSEL_YIELD_WHEN_IDLE", "1"}})));
   EXPECT_EQ(o.progress.yield_when_idle, std::optional<bool>{true});
   ASSERT_TRUE(o.apply_env(env_view::from_map({{"VESSEL_YIELD_WHEN_IDLE", "0"}})));
   EXPECT_EQ(o.progress.yield_when_idle, std::optional<bool>{false});
+  EXPECT_FALSE(o.progress.waiters_yield(8, 2)) << "set: whatever the host runs";
   auto bad = o.apply_env(env_view::from_map({{"VESSEL_YIELD_WHEN_IDLE", "yes"}}));
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().detail.find("VESSEL_YIELD_WHEN_IDLE"), std::string::npos)
