@@ -52,7 +52,14 @@ int core_for_rank(cpu_binding policy, std::uint32_t local_rank, std::uint32_t lo
   // Oversubscribed: a rank bound to a shared core could not move off a busy neighbour, and the
   // waiters yield there anyway (caller_progress_config::yield_when_idle).
   if (policy == cpu_binding::automatic && local_ranks > cores) return -1;
-  return static_cast<int>(local_rank % cores);
+  if (local_ranks <= cores || local_rank >= local_ranks) {
+    return static_cast<int>(local_rank % cores);
+  }
+  // More ranks than cores: consecutive ranks share a core (0 and 1, then 2 and 3 on four ranks
+  // and two cores), so a ring's or a chain's neighbour is often on the same core, where what one
+  // sends is still in the cache the other copies it from and the sender's wait hands the core to
+  // the receiver.
+  return static_cast<int>(std::uint64_t{local_rank} * cores / local_ranks);
 }
 
 namespace {

@@ -4,14 +4,17 @@
 // oversubscribed).
 //
 // Why: a rank's caller and reactor threads then stay on the core whose caches hold its buffers,
-// and a comparison with mpirun compares like with like. Measured on 2 vCPUs (docs/io_performance.md,
-// "Ranks bound to cores"): the medians of 2-rank collectives move within the noise, the spread
-// of the slow runs narrows (16 MiB allreduce over TCP: 9.5-10.5 ms bound, 9.0-11.7 unbound).
+// and a comparison with mpirun compares like with like. Measured on 2 vCPUs
+// (docs/io_performance.md, "Ranks bound to cores"): the medians of 2-rank collectives move within
+// the noise, the spread of the slow runs narrows (16 MiB allreduce over TCP: 9.5-10.5 ms
+// bound, 9.0-11.7 unbound).
 //
 // VESSEL_BIND: auto (the default of comm::init: core when this host's ranks fit its cores, else
-// none), core (always; ranks beyond the core count share cores round-robin), none. The topology
-// comes from hwloc, restricted to the CPUs this process may use (a cgroup or taskset), so a core
-// is every hardware thread of one physical core.
+// none), core (always; more ranks than cores share them in runs of consecutive ranks, which puts
+// a ring's or a pipeline's neighbours on one core: docs/collective_algorithms.md, "Oversubscribed
+// ranks bound in runs of consecutive ranks"), none. The topology comes from hwloc, restricted to
+// the CPUs this process may use (a cgroup or taskset), so a core is every hardware thread of one
+// physical core.
 
 #include <cstdint>
 #include <string>

@@ -33,11 +33,25 @@ TEST(cpu_binding, auto_gives_each_rank_its_own_core_while_the_ranks_fit_and_none
   for (std::uint32_t r = 0; r < 4; ++r) EXPECT_EQ(core_for_rank(cpu_binding::automatic, r, 4, 2), -1);
 }
 
-TEST(cpu_binding, core_binds_even_when_oversubscribed_round_robin_and_none_never_binds) {
+TEST(cpu_binding, core_binds_even_when_oversubscribed_consecutive_ranks_together) {
+  // Four ranks on two cores: 0 and 1 share core 0, 2 and 3 core 1.
   EXPECT_EQ(core_for_rank(cpu_binding::core, 0, 4, 2), 0);
-  EXPECT_EQ(core_for_rank(cpu_binding::core, 1, 4, 2), 1);
-  EXPECT_EQ(core_for_rank(cpu_binding::core, 2, 4, 2), 0);
+  EXPECT_EQ(core_for_rank(cpu_binding::core, 1, 4, 2), 0);
+  EXPECT_EQ(core_for_rank(cpu_binding::core, 2, 4, 2), 1);
   EXPECT_EQ(core_for_rank(cpu_binding::core, 3, 4, 2), 1);
+  // Uneven: five ranks on two cores are three and two; eight on three cores 3, 3, 2.
+  const int five[] = {0, 0, 0, 1, 1};
+  for (std::uint32_t r = 0; r < 5; ++r)
+    EXPECT_EQ(core_for_rank(cpu_binding::core, r, 5, 2), five[r]);
+  const int eight[] = {0, 0, 0, 1, 1, 1, 2, 2};
+  for (std::uint32_t r = 0; r < 8; ++r) {
+    EXPECT_EQ(core_for_rank(cpu_binding::core, r, 8, 3), eight[r]) << r;
+  }
+  // Room for every rank: the n-th core, as auto does.
+  EXPECT_EQ(core_for_rank(cpu_binding::core, 1, 2, 8), 1);
+}
+
+TEST(cpu_binding, none_never_binds_nor_does_a_host_without_cores) {
   EXPECT_EQ(core_for_rank(cpu_binding::none, 0, 1, 2), -1);
   EXPECT_EQ(core_for_rank(cpu_binding::core, 0, 1, 0), -1);  // no topology: nothing to bind to
 }
