@@ -41,8 +41,9 @@ TEST(cpu_binding, core_binds_even_when_oversubscribed_consecutive_ranks_together
   EXPECT_EQ(core_for_rank(cpu_binding::core, 3, 4, 2), 1);
   // Uneven: five ranks on two cores are three and two; eight on three cores 3, 3, 2.
   const int five[] = {0, 0, 0, 1, 1};
-  for (std::uint32_t r = 0; r < 5; ++r)
-    EXPECT_EQ(core_for_rank(cpu_binding::core, r, 5, 2), five[r]);
+  for (std::uint32_t r = 0; r < 5; ++r) {
+    EXPECT_EQ(core_for_rank(cpu_binding::core, r, 5, 2), five[r]) << r;
+  }
   const int eight[] = {0, 0, 0, 1, 1, 1, 2, 2};
   for (std::uint32_t r = 0; r < 8; ++r) {
     EXPECT_EQ(core_for_rank(cpu_binding::core, r, 8, 3), eight[r]) << r;
