@@ -51,8 +51,9 @@
 //
 // Flow: at most max_sends_in_flight chunk sends outstanding per collective (emit waits for the
 // oldest one beyond that; a send completes once the link accepted it) and receive_window
-// receives posted (any source, the collective's tag); unexpected chunks beyond those are held
-// by the runtime's matcher, bounded by VESSEL_UNEXPECTED_BYTES.
+// receives posted (any source, the collective's tag; no more than messages are still due where
+// the algorithm counts its chunks, algorithm::chunks_to_receive); unexpected chunks beyond those
+// are held by the runtime's matcher, bounded by VESSEL_UNEXPECTED_BYTES.
 //
 // Copies: a chunk of a link fragment or more whose bytes stay put until the peer has them
 // (send_step::lendable: the ring's and the tree broadcast's) is sent as a split message: its

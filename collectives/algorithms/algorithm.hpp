@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -120,6 +121,12 @@ class algorithm {
 
   /// Every byte of output is final and every send has been emitted.
   virtual bool done() const noexcept = 0;
+
+  /// How many chunks this rank receives in all: nullopt for an algorithm that cannot tell ahead
+  /// (whether it can is fixed at construction), the count once start() returned. A driver over
+  /// real links then keeps a receive posted for every chunk still due (within its window), so
+  /// none is left over to cancel at the end.
+  virtual std::optional<std::uint64_t> chunks_to_receive() const noexcept { return std::nullopt; }
 
   /// For hang reports: appends the peers whose chunks the algorithm needs before it can make
   /// progress, and returns the round it is in. Appends nothing when it is done or cannot tell.

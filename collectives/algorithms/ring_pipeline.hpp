@@ -31,6 +31,7 @@ class ring_pipeline : public algorithm {
                                     std::span<const std::byte> data,
                                     std::vector<send_step>& out) final;
   bool done() const noexcept final { return started_ && received_ == expected_; }
+  std::optional<std::uint64_t> chunks_to_receive() const noexcept final { return expected_; }
   std::uint32_t waiting_for(std::vector<std::uint32_t>& peers) const final;
   std::size_t scratch_bytes() const noexcept override;
   /// The copying steps' chunks (allgather's, allreduce's second phase) land in the output.

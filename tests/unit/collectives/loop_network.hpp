@@ -67,6 +67,7 @@ class loop_network {
         buffers_(std::move(buffers)),
         spans_(ranks_.size()),
         started_(ranks_.size(), false),
+        delivered_to_(ranks_.size(), 0),
         random_(seed) {
     for (std::size_t r = 0; r < ranks_.size(); ++r) {
       buffers_[r].scratch.resize(ranks_[r]->scratch_bytes());
@@ -77,6 +78,8 @@ class loop_network {
   algorithm& rank(std::uint32_t r) { return *ranks_[r]; }
   rank_buffers& buffers(std::uint32_t r) { return buffers_[r]; }
   std::size_t delivered() const { return delivered_; }
+  /// Chunks rank `r` consumed so far.
+  std::size_t delivered_to(std::uint32_t r) const { return delivered_to_[r]; }
   /// Write chunks into their receivers' landing places as they are sent (see above).
   void land_chunks(bool on) { land_ = on; }
   /// Also reduce chunks where their receivers' reducing_landing says, in `type` and `op`.
@@ -159,6 +162,7 @@ class loop_network {
       queue.pop_front();
       if (queue.empty()) deactivate(key);
       ++delivered_;
+      ++delivered_to_[to];
       --limit;
       post(to, out);
       ++generation_;
@@ -247,6 +251,7 @@ class loop_network {
   std::vector<rank_buffers> buffers_;
   std::vector<algorithm_buffers> spans_;  ///< what each rank was started with
   std::vector<bool> started_;
+  std::vector<std::size_t> delivered_to_;
   std::mt19937_64 random_;
   std::unordered_map<std::uint64_t, std::deque<message>> queues_;
   std::unordered_map<std::uint64_t, std::size_t> position_;
