@@ -89,6 +89,11 @@ std::span<std::byte> tree_broadcast::landing(std::uint32_t peer, std::uint32_t s
   return buffers_.output.subspan(range.offset, range.bytes);
 }
 
+std::optional<std::uint64_t> tree_broadcast::chunks_to_receive() const noexcept {
+  const std::uint64_t from_parent = params_.rank == params_.root ? 0 : layout_.count();
+  return from_parent + (rendezvous_ ? child_count_ : 0);
+}
+
 bool tree_broadcast::done() const noexcept {
   return started_ && received_ == layout_.count() && children_ready_ == child_count_;
 }

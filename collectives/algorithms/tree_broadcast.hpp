@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "collectives/algorithms/algorithm.hpp"
@@ -39,6 +40,8 @@ class tree_broadcast : public algorithm {
   std::span<std::byte> landing(std::uint32_t peer, std::uint32_t step,
                                std::uint32_t chunk) const noexcept override;
   bool done() const noexcept override;
+  /// The parent's chunks (none at the root) and, from rendezvous_bytes, each child's ready.
+  std::optional<std::uint64_t> chunks_to_receive() const noexcept override;
   std::uint32_t waiting_for(std::vector<std::uint32_t>& peers) const override;
 
  protected:
