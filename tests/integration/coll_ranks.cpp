@@ -306,11 +306,6 @@ void expect_true(checker& ck, bool ok, const std::string& what) {
   std::printf("FAIL rank %u %s\n", ck.rank, what.c_str());
 }
 
-/// Large calls over shm, whose chunks go as offers that the receiving rank reads from the
-/// sender's memory: the big four, every algorithm that lends its chunks, whole and odd sizes
-/// (a last chunk shorter than the others; a broadcast's only up to 1 MiB). With `refuse`, rank 1
-/// cannot read anybody's memory (seccomp): it refuses its first offer from each peer, those chunks
-/// and every later one come the ordinary way, and every result is still right.
 /// The algorithms that count the chunks they receive (algorithm::chunks_to_receive).
 bool counts_its_chunks(collective_op op, std::string_view algo) {
   return algo == "ring" ||
@@ -329,6 +324,11 @@ void expect_nothing_cancelled(vessel::actors::runtime& rt, checker& ck, std::str
               std::string{what} + ": " + std::to_string(cancelled) + " receive(s) cancelled");
 }
 
+/// Large calls over shm, whose chunks go as offers that the receiving rank reads from the
+/// sender's memory: the big four, every algorithm that lends its chunks, whole and odd sizes
+/// (a last chunk shorter than the others; a broadcast's only up to 1 MiB). With `refuse`, rank 1
+/// cannot read anybody's memory (seccomp): it refuses its first offer from each peer, those chunks
+/// and every later one come the ordinary way, and every result is still right.
 void run_pulled(communicator& c, vessel::actors::runtime& rt, checker& ck, bool refuse) {
   const std::uint32_t p = c.size();
   const std::size_t whole = std::size_t{1} << 18;      // 1 MiB of int32
