@@ -216,6 +216,11 @@ struct collective_state {
   // reposted as it completes while the driver runs, and what is left over is cancelled.
   static constexpr std::uint64_t unknown_due = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t messages_due = unknown_due;
+  bool counts_messages() const noexcept { return messages_due != unknown_due; }
+  /// One more message will come under the tag (an offer's answer, a refused offer's resend).
+  void one_more_due() noexcept {
+    if (counts_messages()) ++messages_due;
+  }
   std::unique_ptr<actors::p2p_request[]> sends;  // a ring of the sends not yet accepted
   std::size_t send_capacity = 0;
   std::size_t send_slots = 0;
@@ -570,7 +575,7 @@ void collective_engine::offer_chunk(collective_state& s, const send_step& step,
   put_plain(body.data(), chunk_offer::of(bytes, io::this_process_token()));
   s.offers.push_back({peer, step, bytes});
   ++s.offers_open;
-  if (s.messages_due != collective_state::unknown_due) ++s.messages_due;  // its answer
+  s.one_more_due();  // its answer
   ++pulls.offered;
   send_control(s, peer, step.step | chunk_offer_bit, step.chunk, body);
   if (s.trace) s.trace->sent(step.step, step.peer, bytes.size(), trace_now());
@@ -644,7 +649,7 @@ std::optional<received_chunk> collective_engine::take_offer(collective_state& s,
   send_control(s, source, step | chunk_answer_bit, chunk, answer);
   if (ec) {
     ++pulls.refused;
-    if (s.messages_due != collective_state::unknown_due) ++s.messages_due;  // sent again
+    s.one_more_due();  // sent again
     return std::nullopt;
   }
   ++pulls.pulled;
@@ -790,7 +795,7 @@ bool collective_engine::advance(collective_state& s) {
     const std::size_t slot = s.receive_head;
     s.receive_head = (s.receive_head + 1) % s.receive_slots;
     --s.receives_posted;
-    const bool counted = s.messages_due != collective_state::unknown_due;
+    const bool counted = s.counts_messages();
     if (counted) --s.messages_due;
     moved = true;
     if (r.error) {
@@ -1031,7 +1036,7 @@ void collective_engine::launch(collective_state& s) {
     for (std::size_t i = 0; i < s.receive_slots; ++i) post_receive(s, i);
   };
   if (auto started = s.driver->start(emit, post_receives); !started) fail(s, started.error());
-  if (s.messages_due != collective_state::unknown_due) post_receives_due(s);  // offers' answers
+  if (s.counts_messages()) post_receives_due(s);  // offers' answers
   (void)advance(s);
 }
 
