@@ -636,8 +636,33 @@ void reactor::remove_poller(loop_poller& p) noexcept {
 }
 
 void reactor::run_pollers() noexcept {
-  // By index: a poller's work may add or remove pollers (a transport that closes).
-  for (std::size_t i = 0; i < pollers_.size(); ++i) pollers_[i]->poll();
+  // One poll(2) for every poller's descriptor when two or more have one; with one, its own read
+  // is the cheapest look.
+  readiness_.clear();
+  if (lent_) {
+    for (const loop_poller* p : pollers_) {
+      if (const int fd = p->readiness_fd(); fd >= 0) readiness_.push_back({fd, POLLIN, 0});
+    }
+    if (readiness_.size() < 2) {
+      readiness_.clear();
+    } else {
+      ++readiness_checks_;
+      if (::poll(readiness_.data(), readiness_.size(), 0) < 0) readiness_.clear();  // EINTR: read
+    }
+  }
+  // By index: a poller's work may add or remove pollers (a transport that closes). One added
+  // meanwhile, or one whose descriptor is not in the list, reads as before.
+  for (std::size_t i = 0; i < pollers_.size(); ++i) {
+    loop_poller& p = *pollers_[i];
+    const int fd = readiness_.empty() ? -1 : p.readiness_fd();
+    const auto asked = std::find_if(readiness_.begin(), readiness_.end(),
+                                    [fd](const pollfd& e) { return e.fd == fd; });
+    if (fd >= 0 && asked != readiness_.end() && asked->revents == 0) {
+      p.poll_without_input();
+    } else {
+      p.poll();
+    }
+  }
 }
 
 bool reactor::spin_poll_pollers() noexcept {

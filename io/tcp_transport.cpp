@@ -440,6 +440,18 @@ void tcp_transport::read_ready() {
 }
 
 void tcp_transport::poll() noexcept {
+  poll_lent_or_not(true);
+}
+
+int tcp_transport::readiness_fd() const noexcept {
+  return state_ == state::open && callbacks_running_ == 0 ? fd_ : -1;
+}
+
+void tcp_transport::poll_without_input() noexcept {
+  poll_lent_or_not(false);
+}
+
+void tcp_transport::poll_lent_or_not(bool may_have_input) noexcept {
   if (callbacks_running_ > 0) return;
   if (state_ != state::open) {
     // A direct send that failed while the loop was lent (fail() in flush_direct) left no op in
@@ -448,7 +460,7 @@ void tcp_transport::poll() noexcept {
     return;
   }
   if (reactor_.lent()) {
-    read_ready();
+    if (may_have_input) read_ready();
     if (state_ == state::open && count_ > 0 && !send_op_.in_flight()) {
       flush_direct();
       if (state_ == state::open && notify_writable_if_drained()) flush_direct();

@@ -193,6 +193,9 @@ class tcp_transport final : public transport, private loop_poller {
   // loop_poller: a borrower reads the socket on each of its turns, the reactor thread on each
   // of its busy-poll spins (readiness_ only).
   void poll() noexcept override;
+  int readiness_fd() const noexcept override;
+  void poll_without_input() noexcept override;
+  void poll_lent_or_not(bool may_have_input) noexcept;
   bool spin_poll() noexcept override;
   void spin_poll_ended() noexcept override;
   void fail(std::error_code why) noexcept;

@@ -243,6 +243,61 @@ TEST(tcp_lending, frames_reach_a_borrower_on_its_own_turns_in_order_and_its_repl
   for (int i = 0; i < frames; ++i) EXPECT_EQ(p.handler.seqs[i], static_cast<std::uint64_t>(i + 1));
 }
 
+// With two sockets or more, a borrowed turn asks the kernel about all of them in one poll(2) and
+// reads only those with input (reactor::run_pollers; a recv(2) costs ~1.2 µs on a PVM guest, and
+// a waiting rank with three links spent three per turn, most of them EAGAIN). Frames still reach
+// their transport in order on the borrower's turns, a close is still seen, and with a single
+// socket a turn asks nothing (its own read is the cheapest look).
+TEST(tcp_lending, a_borrower_asks_once_per_turn_about_all_its_sockets) {
+  lent_pair p;
+  const std::uint64_t alone = p.r.readiness_checks();
+  for (int i = 0; i < 10; ++i) p.r.borrowed_turn();
+  EXPECT_EQ(p.r.readiness_checks(), alone);
+
+  constexpr int others = 2;
+  std::vector<int> peers;
+  std::vector<std::unique_ptr<lending_recorder>> handlers;
+  std::vector<std::unique_ptr<tcp_transport>> transports;
+  for (int i = 0; i < others; ++i) {
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    peers.push_back(fds[1]);
+    handlers.push_back(std::make_unique<lending_recorder>(p.r));
+    transports.push_back(std::make_unique<tcp_transport>(p.r, fds[0], *handlers.back()));
+    transports.back()->start();
+  }
+  const std::uint64_t before = p.r.readiness_checks();
+  for (int i = 0; i < 10; ++i) p.r.borrowed_turn();
+  EXPECT_EQ(p.r.readiness_checks() - before, 10u);
+
+  // Input on one socket reaches its transport alone, in order, each frame on a borrowed turn.
+  constexpr int frames = 40;
+  for (int i = 1; i <= frames; ++i) {
+    const std::size_t len = static_cast<std::size_t>(i % 9 == 0 ? 70'000 : i * 29 % 700);
+    ASSERT_TRUE(test::write_all(peers[1], frame_bytes(static_cast<std::uint64_t>(i), len)));
+    ASSERT_TRUE(turn_until(p.r, [&] { return handlers[1]->frames.load() == i; })) << "frame " << i;
+  }
+  EXPECT_EQ(handlers[1]->while_lent, frames);
+  EXPECT_TRUE(handlers[1]->intact);
+  for (int i = 0; i < frames; ++i) {
+    EXPECT_EQ(handlers[1]->seqs[i], static_cast<std::uint64_t>(i + 1));
+  }
+  EXPECT_EQ(p.handler.frames.load(), 0);
+  EXPECT_EQ(handlers[0]->frames.load(), 0);
+
+  // A peer that closes: poll(2) reports the hang-up, and the borrower's read ends the transport.
+  ::close(peers[0]);
+  peers[0] = -1;
+  ASSERT_TRUE(turn_until(p.r, [&] { return handlers[0]->closed.load(); }));
+  EXPECT_EQ(handlers[0]->reason, make_error_code(errc::connection_closed));
+  EXPECT_FALSE(p.handler.closed.load());
+  EXPECT_FALSE(handlers[1]->closed.load());
+
+  transports[1]->close();
+  ASSERT_TRUE(turn_until(p.r, [&] { return handlers[1]->closed.load(); }));
+  ::close(peers[1]);
+}
+
 // peer_link::transmit corks the transport around a message's fragments: what is sent meanwhile
 // stays queued, and uncork() writes it all, in order; uncorked, a send goes at once.
 TEST(tcp_lending, sends_between_cork_and_uncork_leave_together_in_order) {
