@@ -629,32 +629,35 @@ void reactor::give_back(bool linger) noexcept {
   }
 }
 
-void reactor::add_poller(loop_poller& p) { pollers_.push_back(&p); }
+void reactor::add_poller(loop_poller& p) {
+  pollers_.push_back(&p);
+  if (p.readiness_fd() >= 0) readiness_pollers_.push_back(&p);
+}
 
 void reactor::remove_poller(loop_poller& p) noexcept {
   pollers_.erase(std::remove(pollers_.begin(), pollers_.end(), &p), pollers_.end());
+  readiness_pollers_.erase(std::remove(readiness_pollers_.begin(), readiness_pollers_.end(), &p),
+                           readiness_pollers_.end());
 }
 
 void reactor::run_pollers() noexcept {
-  // One poll(2) for every poller's descriptor when two or more have one; with one, its own read
-  // is the cheapest look.
+  // With one descriptor or none, each poller's own read is the cheapest look.
+  if (lent_ && readiness_pollers_.size() >= 2) return run_pollers_by_readiness();
+  // By index: a poller's work may add or remove pollers (a transport that closes).
+  for (std::size_t i = 0; i < pollers_.size(); ++i) pollers_[i]->poll();
+}
+
+void reactor::run_pollers_by_readiness() noexcept {
   readiness_.clear();
-  if (lent_) {
-    for (const loop_poller* p : pollers_) {
-      if (const int fd = p->readiness_fd(); fd >= 0) readiness_.push_back({fd, POLLIN, 0});
-    }
-    if (readiness_.size() < 2) {
-      readiness_.clear();
-    } else {
-      ++readiness_checks_;
-      if (::poll(readiness_.data(), readiness_.size(), 0) < 0) readiness_.clear();  // EINTR: read
-    }
+  for (const loop_poller* p : readiness_pollers_) {
+    if (const int fd = p->readiness_fd(); fd >= 0) readiness_.push_back({fd, POLLIN, 0});
   }
-  // By index: a poller's work may add or remove pollers (a transport that closes). One added
-  // meanwhile, or one whose descriptor is not in the list, reads as before.
+  ++readiness_checks_;
+  if (::poll(readiness_.data(), readiness_.size(), 0) < 0) readiness_.clear();  // EINTR: read all
+  // A poller added meanwhile, or one whose descriptor is not in the list, reads as before.
   for (std::size_t i = 0; i < pollers_.size(); ++i) {
     loop_poller& p = *pollers_[i];
-    const int fd = readiness_.empty() ? -1 : p.readiness_fd();
+    const int fd = p.readiness_fd();
     const auto asked = std::find_if(readiness_.begin(), readiness_.end(),
                                     [fd](const pollfd& e) { return e.fd == fd; });
     if (fd >= 0 && asked != readiness_.end() && asked->revents == 0) {

@@ -284,6 +284,7 @@ class reactor {
   void park_while_lent();  // the reactor thread, between giving the loop away and taking it back
   bool take_loop(bool ask_reactor_thread) noexcept;  // borrow(), try_borrow()
   void run_pollers() noexcept;
+  void run_pollers_by_readiness() noexcept;
   bool spin_poll_pollers() noexcept;
   void end_spin_polling() noexcept;
   bool spin_for_work(std::chrono::nanoseconds budget);
@@ -336,8 +337,6 @@ class reactor {
   bool completed_ = false;            // loop owner only (note_completion)
   std::uint64_t turns_ = 0;           // loop owner only
   std::vector<loop_poller*> pollers_;  // loop owner only
-  std::vector<pollfd> readiness_;      // borrowed turns: the pollers' descriptors, asked at once
-  std::uint64_t readiness_checks_ = 0;  // loop owner only: poll(2) calls made for the pollers
 
   // Adaptive busy-poll (config_.busy_poll): consecutive spins that found nothing; at the limit
   // spinning is off until a blocking wait proves short again.
@@ -362,6 +361,11 @@ class reactor {
   coarse_clock coarse_clock_;  // whether the earliest timer is near, without a steady_clock read
   bool waited_ = false;        // the last turn blocked: the next one checks its timers (loop owner)
   unsigned near_turns_ = 0;    // turns with a timer near, to space out their clock reads
+  // Pollers with a readiness_fd() when registered, and what a borrowed turn asks poll(2) of them
+  // (loop owner only). Last: the fields above keep the cache lines they were measured with.
+  std::vector<loop_poller*> readiness_pollers_;
+  std::vector<pollfd> readiness_;
+  std::uint64_t readiness_checks_ = 0;
 };
 
 }  // namespace vessel::io
