@@ -440,7 +440,7 @@ void tcp_transport::read_ready() {
 }
 
 void tcp_transport::poll() noexcept {
-  poll_lent_or_not(true);
+  poll_turn(true);
 }
 
 int tcp_transport::readiness_fd() const noexcept {
@@ -448,10 +448,10 @@ int tcp_transport::readiness_fd() const noexcept {
 }
 
 void tcp_transport::poll_without_input() noexcept {
-  poll_lent_or_not(false);
+  poll_turn(false);
 }
 
-void tcp_transport::poll_lent_or_not(bool may_have_input) noexcept {
+void tcp_transport::poll_turn(bool may_have_input) noexcept {
   if (callbacks_running_ > 0) return;
   if (state_ != state::open) {
     // A direct send that failed while the loop was lent (fail() in flush_direct) left no op in

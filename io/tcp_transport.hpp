@@ -190,12 +190,13 @@ class tcp_transport final : public transport, private loop_poller {
   bool notify_writable_if_drained();
   void read_ready();
   void dispatch_frames();
-  // loop_poller: a borrower reads the socket on each of its turns, the reactor thread on each
-  // of its busy-poll spins (readiness_ only).
+  // loop_poller: a borrower reads the socket on each of its turns (beside other sockets, on
+  // those whose one poll(2) saw input), the reactor thread on each of its busy-poll spins
+  // (readiness_ only).
   void poll() noexcept override;
   int readiness_fd() const noexcept override;
   void poll_without_input() noexcept override;
-  void poll_lent_or_not(bool may_have_input) noexcept;
+  void poll_turn(bool may_have_input) noexcept;
   bool spin_poll() noexcept override;
   void spin_poll_ended() noexcept override;
   void fail(std::error_code why) noexcept;
