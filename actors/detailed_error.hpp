@@ -33,7 +33,7 @@ inline const std::error_code& make_error_code(const detailed_error& e) noexcept 
 
 /// A value, or a detailed_error. `value()` on an error throws std::system_error.
 template <class T>
-using detailed_result = outcome::result<T, detailed_error>;
+using detailed_result = outcome::std_result<T, detailed_error>;
 
 /// Builds the failure of a detailed_result.
 inline detailed_error fail(std::error_code code, std::string detail) {

@@ -51,7 +51,7 @@ struct ble_error {
 };
 
 template <class T>
-using ble_result = outcome::result<T, ble_error, outcome::policy::terminate>;
+using ble_result = outcome::std_result<T, ble_error, outcome::policy::terminate>;
 
 }  // namespace vessel::bridges::ble
 

@@ -99,11 +99,10 @@ class ble_device : public ble_env {
   }
 
   /// (call, command, data) -> the reply's bytes or the vessel error.
-  outcome::result<std::string, std::error_code> call(const ble_device_actor& dev,
-                                                     std::string command, payload data,
-                                                     caf::timespan timeout = caf::timespan{8s}) {
+  result<std::string> call(const ble_device_actor& dev, std::string command, payload data,
+                           caf::timespan timeout = caf::timespan{8s}) {
     caf::scoped_actor self{node_->system()};
-    outcome::result<std::string, std::error_code> out{std::make_error_code(std::errc::timed_out)};
+    result<std::string> out{std::make_error_code(std::errc::timed_out)};
     self->request(dev, 30s, actors::call_atom::value, std::move(command), std::move(data), timeout)
         .receive([&](payload& p) { out = std::string{p.view()}; },
                  [&](caf::error& e) {
@@ -113,10 +112,9 @@ class ble_device : public ble_env {
     return out;
   }
 
-  outcome::result<void, std::error_code> send(const ble_device_actor& dev, std::string command,
-                                              payload data) {
+  result<void> send(const ble_device_actor& dev, std::string command, payload data) {
     caf::scoped_actor self{node_->system()};
-    outcome::result<void, std::error_code> out{std::make_error_code(std::errc::timed_out)};
+    result<void> out{std::make_error_code(std::errc::timed_out)};
     self->request(dev, 30s, actors::send_atom::value, std::move(command), std::move(data))
         .receive([&](actors::sent_atom) { out = outcome::success(); },
                  [&](caf::error& e) { out = actors::from_caf_error(e); });
