@@ -127,6 +127,23 @@ class buffer_slice {
   buffer_slice() noexcept = default;
   /// The whole of `b`.
   explicit buffer_slice(buffer b) noexcept : length_{b.size()}, buffer_{std::move(b)} {}
+  buffer_slice(const buffer_slice&) noexcept = default;
+  buffer_slice& operator=(const buffer_slice&) noexcept = default;
+  /// A moved-from slice is empty, as a reset() one: without its block it views no bytes (the
+  /// defaulted move left its length, so size() and empty() described bytes data() had no more).
+  buffer_slice(buffer_slice&& other) noexcept
+      : offset_{std::exchange(other.offset_, 0)},
+        length_{std::exchange(other.length_, 0)},
+        buffer_{std::move(other.buffer_)} {}
+  buffer_slice& operator=(buffer_slice&& other) noexcept {
+    buffer moved{std::move(other.buffer_)};  // self-move safe: read everything before writing
+    const std::size_t offset = std::exchange(other.offset_, 0);
+    const std::size_t length = std::exchange(other.length_, 0);
+    buffer_.swap(moved);
+    offset_ = offset;
+    length_ = length;
+    return *this;
+  }
 
   /// The viewed bytes.
   std::span<std::byte> bytes() const noexcept {

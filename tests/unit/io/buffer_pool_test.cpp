@@ -172,6 +172,39 @@ TEST(buffer_pool, copies_and_moves_count_references_exactly) {
   EXPECT_EQ(pool.stats(0).in_use, 0u);
 }
 
+TEST(buffer_pool, a_moved_from_slice_views_no_bytes) {
+  buffer_pool pool{small_config()};
+  buffer_slice a = pool.try_acquire(4096).slice(8, 100);
+  ASSERT_TRUE(a);
+  std::byte* bytes = a.data();
+
+  buffer_slice b = std::move(a);
+  // NOLINTBEGIN(bugprone-use-after-move): a moved-from slice is empty by contract
+  EXPECT_FALSE(a);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(a.size(), 0u);
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(b.data(), bytes);
+  EXPECT_EQ(b.size(), 100u);
+  EXPECT_EQ(b.offset(), 8u);
+
+  buffer_slice c = pool.try_acquire(1).slice(0, 1);
+  c = std::move(b);  // drops c's own block
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(b.size(), 0u);
+  EXPECT_EQ(b.offset(), 0u);
+  // NOLINTEND(bugprone-use-after-move)
+  EXPECT_EQ(c.data(), bytes);
+  EXPECT_EQ(c.size(), 100u);
+  EXPECT_EQ(pool.stats(0).in_use, 0u) << "the 1-byte block went back when c was assigned";
+
+  c = std::move(c);  // self-move keeps the view
+  EXPECT_EQ(c.data(), bytes);
+  EXPECT_EQ(c.size(), 100u);
+  c.reset();
+  EXPECT_EQ(pool.stats(1).in_use, 0u);
+}
+
 TEST(buffer_pool, available_callback_fires_once_when_an_exhausted_class_gets_a_block_back) {
   buffer_pool pool{small_config()};
   std::vector<std::size_t> notices;
